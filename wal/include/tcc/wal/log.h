@@ -1,0 +1,171 @@
+// The coordinator's write-ahead log and state store (DESIGN.md sections 7 and
+// 9): the interface every implementation keeps (in-memory for tests and the
+// simulation, RocksDB for the daemon, later etcd for cluster mode, DESIGN.md
+// section 14). Nothing here assumes RocksDB or a single process.
+//
+// Promises:
+// - An append with Durability::kDurable completes OK only once its records
+//   (and every append accepted before it) survive a crash of the process or
+//   the machine. Durable appends from many callers are group committed: one
+//   write and one sync serve every append waiting at that moment.
+// - An append with Durability::kBuffered completes OK once it is written; it
+//   may be lost in a crash, but only whole and only together with every append
+//   after it (the log keeps a prefix).
+// - Appends of one gid are applied in the order Append was called. The caller
+//   (the single owner of the gid, DESIGN.md section 8) issues them.
+// - Write-once decisions: an append that would record a second, different
+//   decision for a gid fails FAILED_PRECONDITION and writes nothing of itself;
+//   the same decision again is accepted (idempotent).
+// - Approvals are consumed atomically: a Decided or BranchResolved record
+//   naming an approval is accepted only if that approval exists, is unused, has
+//   not expired at the record's at_ms, and matches the gid, revision, content
+//   hash, action (and branch); the approval is marked used in the same durable
+//   write. Otherwise the whole append fails FAILED_PRECONDITION.
+// - Fail-stop: once a write or sync fails, every waiting append gets the error
+//   and every later one is refused (UNAVAILABLE or DATA_LOSS); durability is
+//   never left unknown.
+// - Opening a log whose synced records are corrupt or of an unknown format
+//   version fails DATA_LOSS; a torn unsynced tail is dropped silently.
+//
+// Append errors:
+//   FAILED_PRECONDITION  a different decision stands; an approval does not
+//                        match, expired or was used
+//   ALREADY_EXISTS       a Registered record for a gid the log already holds
+//   NOT_FOUND            any other record for a gid the log does not hold
+//   INVALID_ARGUMENT     an empty append, or records that don't fit together
+//   RESOURCE_EXHAUSTED   the append queue is full (back pressure; retry later)
+//   UNAVAILABLE/DATA_LOSS the log failed and is stopped (fail-stop)
+//
+// Thread-safety: every method may be called from any thread. Completion
+// callbacks run on an implementation thread, or inline inside Append (the
+// in-memory log in auto-sync mode): callers must not hold, while calling
+// Append, a lock that the callback takes, and should hand the completion to
+// their own executor.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tcc/wal/records.h"
+
+namespace tcc::wal {
+
+enum class Durability : uint8_t {
+  kDurable,   // completes after the records are synced to disk
+  kBuffered,  // completes after the records are written, not waited for
+};
+
+// One append: records for one gid, applied together or not at all.
+struct AppendRequest {
+  std::string gid;
+  std::vector<Record> records;
+  Durability durability = Durability::kDurable;
+};
+
+// Called once per append with its result.
+using AppendDone = std::function<void(absl::Status)>;
+
+// What the log knows of a transaction apart from its records: for duplicate
+// and conflict checks and for lists. It outlives the full record as a compact
+// entry (DESIGN.md section 9).
+struct TxnSummary {
+  std::string gid;
+  TxnState state = TxnState::kTrying;
+  Decision decision = Decision::kNone;
+  Hash content_hash{};
+  uint64_t revision = 0;
+  int64_t created_at_ms = 0;
+  int64_t registered_at_ms = 0;
+  int64_t finished_at_ms = 0;             // 0 while unfinished
+  std::vector<std::string> participants;  // sorted, unique
+  bool compacted = false;  // only the compact entry is left (no records)
+};
+
+// A transaction as stored: its summary and its whole record history, in
+// append order (empty when compacted).
+struct TxnLog {
+  TxnSummary summary;
+  std::vector<Record> records;
+};
+
+struct ListQuery {
+  std::vector<TxnState> states;      // empty: any state
+  int64_t registered_before_ms = 0;  // 0: any age; else registered_at < this
+  std::string participant;           // empty: any
+  size_t page_size = 100;            // 1..1000
+  std::string page_token;            // from ListPage::next_page_token
+};
+
+struct ListPage {
+  std::vector<TxnSummary> items;  // oldest registration first
+  std::string next_page_token;    // empty when there are no more
+};
+
+// DESIGN.md section 9. The size budget wins over time: when the data is over
+// max_bytes, the oldest finished transactions go first (full records, then
+// compact entries), never an unfinished one.
+struct RetentionPolicy {
+  int64_t full_record_ms = 24LL * 3600 * 1000;        // after finishing
+  int64_t compact_entry_ms = 7LL * 24 * 3600 * 1000;  // after finishing
+  uint64_t max_bytes = 0;                             // 0: no size budget
+};
+
+struct LogStats {
+  uint64_t bytes_on_disk = 0;
+  uint64_t syncs = 0;           // fsyncs (or equivalent) so far
+  uint64_t synced_appends = 0;  // durable appends completed
+  uint64_t buffered_appends = 0;
+  uint64_t unfinished = 0;  // transactions not yet final
+  int64_t dedup_horizon_ms = 0;
+};
+
+class Log {
+ public:
+  virtual ~Log() = default;
+
+  // Appends records for one gid; `done` is called exactly once.
+  virtual void Append(AppendRequest request, AppendDone done) = 0;
+
+  // Stores a newly issued approval durably (DESIGN.md section 10). An id that
+  // exists already is ALREADY_EXISTS.
+  virtual void PutApproval(Approval approval, AppendDone done) = 0;
+
+  // One transaction; NOT_FOUND if the log never held it or has forgotten it.
+  [[nodiscard]] virtual absl::StatusOr<TxnLog> Read(std::string_view gid) = 0;
+
+  [[nodiscard]] virtual absl::StatusOr<Approval> ReadApproval(
+      std::string_view approval_id) = 0;
+
+  // Transactions by state, age and participant, paged.
+  [[nodiscard]] virtual absl::StatusOr<ListPage> List(
+      const ListQuery& query) = 0;
+
+  // Calls `visit` for every transaction not yet final (the recovery scan), in
+  // registration order. Stops at, and returns, the first error `visit` returns.
+  [[nodiscard]] virtual absl::Status ScanUnfinished(
+      const std::function<absl::Status(TxnLog)>& visit) = 0;
+
+  // Durably takes a new owner epoch, greater than every epoch taken before
+  // from this log (a restarted process drives with a higher epoch).
+  [[nodiscard]] virtual absl::StatusOr<uint64_t> TakeOwnerEpoch() = 0;
+
+  // Applies the retention policy as of `now_ms` (wall clock): removes full
+  // records and compact entries of finished transactions that are due. Runs
+  // without stalling appends. Raises the deduplication horizon.
+  [[nodiscard]] virtual absl::Status RunRetention(int64_t now_ms) = 0;
+
+  // The oldest created_at (Unix ms) the log can still answer for: one more
+  // than the largest created_at of any transaction it has forgotten (0 when it
+  // has forgotten none). Durable: it never goes back, across restarts too.
+  virtual int64_t DedupHorizonMs() const = 0;
+
+  virtual LogStats Stats() const = 0;
+};
+
+}  // namespace tcc::wal
