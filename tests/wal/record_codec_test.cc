@@ -105,10 +105,11 @@ TEST_CASE("summaries and approvals round trip") {
   s.participants = {"a", "b"};
   s.compacted = true;
   absl::StatusOr<internal::StoredSummary> back =
-      DecodeSummary(EncodeSummary(s, 42));
+      DecodeSummary(EncodeSummary(s, 42, 4242));
   REQUIRE(back.ok());
   CHECK(back->record_count == 42);
-  CHECK(EncodeSummary(back->summary, 42) == EncodeSummary(s, 42));
+  CHECK(back->record_bytes == 4242);
+  CHECK(EncodeSummary(back->summary, 42, 4242) == EncodeSummary(s, 42, 4242));
   CHECK(back->summary.participants == s.participants);
   CHECK(back->summary.compacted);
 

@@ -332,7 +332,8 @@ absl::StatusOr<Record> DecodeRecord(std::string_view bytes) {
   return record;
 }
 
-std::string EncodeSummary(const TxnSummary& s, uint64_t record_count) {
+std::string EncodeSummary(const TxnSummary& s, uint64_t record_count,
+                          uint64_t record_bytes) {
   std::string out;
   Writer w(out);
   w.U8(kFormatVersion);
@@ -348,6 +349,7 @@ std::string EncodeSummary(const TxnSummary& s, uint64_t record_count) {
   for (const std::string& p : s.participants) w.Str(p);
   w.Bool(s.compacted);
   w.U64(record_count);
+  w.U64(record_bytes);
   return out;
 }
 
@@ -370,6 +372,7 @@ absl::StatusOr<StoredSummary> DecodeSummary(std::string_view bytes) {
   }
   s.compacted = r.Bool("compacted");
   out.record_count = r.U64("record_count");
+  out.record_bytes = r.U64("record_bytes");
   if (absl::Status st = r.Finish("summary"); !st.ok()) return st;
   return out;
 }

@@ -34,7 +34,8 @@
 //                    hash content_hash, u64 revision, i64 created_at_ms,
 //                    i64 registered_at_ms, i64 finished_at_ms,
 //                    u32 n, n x string participant, u8 compacted,
-//                    u64 record_count (the next record sequence number)
+//                    u64 record_count (the next record sequence number),
+//                    u64 record_bytes (key and value bytes of its records)
 //
 //   approval       = u8 version, string approval_id, u8 action, string gid,
 //                    u64 revision, hash content_hash, string branch_id,
@@ -61,12 +62,14 @@ std::string EncodeRecord(const Record& record);
 [[nodiscard]] absl::StatusOr<Record> DecodeRecord(std::string_view bytes);
 
 // A summary as stored, with the number of records the gid has (which numbers
-// the next one).
+// the next one) and their bytes (for the size budget).
 struct StoredSummary {
   TxnSummary summary;
   uint64_t record_count = 0;
+  uint64_t record_bytes = 0;
 };
-std::string EncodeSummary(const TxnSummary& summary, uint64_t record_count = 0);
+std::string EncodeSummary(const TxnSummary& summary, uint64_t record_count = 0,
+                          uint64_t record_bytes = 0);
 [[nodiscard]] absl::StatusOr<StoredSummary> DecodeSummary(
     std::string_view bytes);
 
