@@ -19,6 +19,7 @@
 #include "bank.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "tcc/barrier/memory_store.h"
 #include "tcc/barrier/postgres_store.h"
@@ -62,6 +63,8 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", metrics_listen,
                  "host:port for Prometheus /metrics (off when empty)");
   CLI11_PARSE(app, argc, argv);
+  // Logs go to stderr: stdout carries only the "listening on" line.
+  spdlog::set_default_logger(spdlog::stderr_color_mt(name));
 
   // Signals are taken synchronously by sigwait below.
   sigset_t signals;

@@ -109,8 +109,12 @@ absl::Status ParticipantServer::Start() {
   return absl::OkStatus();
 }
 
-void ParticipantServer::Shutdown() {
-  if (server_ != nullptr) server_->Shutdown();
+void ParticipantServer::Shutdown(std::chrono::milliseconds grace) {
+  if (server_ == nullptr) return;
+  const std::chrono::system_clock::time_point deadline(
+      std::chrono::milliseconds(participant_.barrier().clock().NowUnixMs() +
+                                grace.count()));
+  server_->Shutdown(deadline);
 }
 
 void ParticipantServer::Wait() {

@@ -145,6 +145,7 @@ class Barrier {
 
   const BarrierOptions& options() const { return options_; }
   BarrierStore& store() { return store_; }
+  const clock::Clock& clock() const { return clock_; }
 
  private:
   BarrierStore& store_;

@@ -14,6 +14,7 @@
 // order; Shutdown from any thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,8 +52,11 @@ class ParticipantServer {
   // The bound port (after Start()).
   int port() const { return port_; }
 
-  // Stops accepting calls and waits for the ones in progress.
-  void Shutdown();
+  // Stops accepting calls, lets the calls in progress finish for up to
+  // `grace` (by the participant's clock), then cancels what remains (their
+  // callers see an unknown outcome and re-send).
+  void Shutdown(
+      std::chrono::milliseconds grace = std::chrono::milliseconds(1000));
   // Blocks until the server has shut down.
   void Wait();
 

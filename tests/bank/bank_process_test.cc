@@ -1,0 +1,167 @@
+// The bank participant as a real process, on RocksDB and on PostgreSQL,
+// killed by the failpoint participant.after_commit between its durable local
+// commit and its reply: after a restart the re-sent call gets the stored
+// answer, replayed, and the money moved exactly once.
+#include "bank_process.h"
+
+#include <sys/wait.h>
+
+#include "barrier/store_envs.h"
+#include "tcc/identity/content_hash.h"
+
+namespace tcc::testing {
+namespace {
+
+constexpr int64_t kCreatedAt = 1'700'000'000'000;
+
+int64_t FarDeadline() {
+  // tcc-bank runs on the real clock: a deadline an hour from now.
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+             .count() +
+         3'600'000;
+}
+
+v1::BranchRequest Branch(const std::string& gid, const std::string& action,
+                         const std::string& payload, int64_t deadline) {
+  v1::BranchRequest req;
+  req.mutable_key()->set_gid(gid);
+  req.mutable_key()->set_created_at_ms(kCreatedAt);
+  req.mutable_key()->set_branch_id("b1");
+  req.set_action(action);
+  req.set_payload(payload);
+  req.set_branch_hash(
+      identity::ToBytes(identity::BranchHash(1, "bank-a", action, payload)));
+  req.set_revision(1);
+  req.set_attempt(1);
+  req.set_try_deadline_ms(deadline);
+  return req;
+}
+
+enum class Phase { kTry, kConfirm, kCancel };
+
+grpc::Status Send(BankProcess& p, Phase phase, const v1::BranchRequest& req,
+                  v1::BranchResponse* resp) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  switch (phase) {
+    case Phase::kTry:
+      return p.participant().Try(&ctx, req, resp);
+    case Phase::kConfirm:
+      return p.participant().Confirm(&ctx, req, resp);
+    case Phase::kCancel:
+      return p.participant().Cancel(&ctx, req, resp);
+  }
+  return grpc::Status::CANCELLED;
+}
+
+examples::bank::Account Account(BankProcess& p, uint32_t id) {
+  examples::bank::GetAccountRequest req;
+  req.set_account(id);
+  examples::bank::Account resp;
+  grpc::ClientContext ctx;
+  REQUIRE(p.bank().GetAccount(&ctx, req, &resp).ok());
+  return resp;
+}
+
+examples::bank::Totals Totals(BankProcess& p) {
+  examples::bank::Totals resp;
+  grpc::ClientContext ctx;
+  REQUIRE(p.bank().GetTotals(&ctx, {}, &resp).ok());
+  return resp;
+}
+
+void ExpectKilled(BankProcess& p) {
+  int status = p.WaitExit();
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+}
+
+void CrashBetweenCommitAndReply(const std::vector<std::string>& args) {
+  const int64_t deadline = FarDeadline();
+  const v1::BranchRequest debit = Branch("t1", "debit", "0:30", deadline);
+  v1::BranchResponse resp;
+  {
+    // 1. Killed after the Try's commit, before its reply.
+    BankProcess p(args, "participant.after_commit=crash@1");
+    grpc::Status lost = Send(p, Phase::kTry, debit, &resp);
+    CHECK(lost.error_code() == grpc::StatusCode::UNAVAILABLE);
+    ExpectKilled(p);
+  }
+  {
+    // 2. Restarted: the re-sent Try is answered from the barrier. Then
+    // killed after the Confirm's commit (second answer), before its reply.
+    BankProcess p(args, "participant.after_commit=crash@2");
+    REQUIRE(Send(p, Phase::kTry, debit, &resp).ok());
+    CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
+    CHECK(resp.replayed());
+    examples::bank::Account a = Account(p, 0);
+    CHECK(a.balance() == 100);
+    CHECK(a.frozen() == 30);
+    CHECK(Send(p, Phase::kConfirm, debit, &resp).error_code() ==
+          grpc::StatusCode::UNAVAILABLE);
+    ExpectKilled(p);
+  }
+  {
+    // 3. Restarted: the Confirm is replayed; the money moved once.
+    BankProcess p(args);
+    REQUIRE(Send(p, Phase::kConfirm, debit, &resp).ok());
+    CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
+    CHECK(resp.replayed());
+    examples::bank::Account a = Account(p, 0);
+    CHECK(a.balance() == 70);
+    CHECK(a.frozen() == 0);
+
+    // Short of funds: refused, nothing frozen.
+    REQUIRE(
+        Send(p, Phase::kTry, Branch("t2", "debit", "1:500", deadline), &resp)
+            .ok());
+    CHECK(resp.outcome() == v1::OUTCOME_REJECTED);
+    CHECK(resp.message() == "insufficient funds");
+    CHECK(Account(p, 1).frozen() == 0);
+
+    // A credit confirmed, a debit cancelled.
+    const v1::BranchRequest credit = Branch("t3", "credit", "2:30", deadline);
+    REQUIRE(Send(p, Phase::kTry, credit, &resp).ok());
+    CHECK(Account(p, 2).incoming() == 30);
+    REQUIRE(Send(p, Phase::kConfirm, credit, &resp).ok());
+    const v1::BranchRequest undo = Branch("t4", "debit", "1:40", deadline);
+    REQUIRE(Send(p, Phase::kTry, undo, &resp).ok());
+    CHECK(Account(p, 1).frozen() == 40);
+    REQUIRE(Send(p, Phase::kCancel, undo, &resp).ok());
+    CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
+
+    examples::bank::Totals t = Totals(p);
+    CHECK(t.accounts() == 3);
+    CHECK(t.balance() == 300);  // 100 x 3 - 30 + 30
+    CHECK(t.frozen() == 0);
+    CHECK(t.incoming() == 0);
+
+    int status = p.Terminate();
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+}
+
+TEST_CASE(
+    "bank on RocksDB: killed between commit and reply, replayed after "
+    "restart",
+    "[rocksdb]") {
+  TempDir dir;
+  CrashBetweenCommitAndReply({"--name", "bank-a", "--store", "rocksdb",
+                              "--data-dir", dir.path() + "/bank-a",
+                              "--accounts", "3", "--initial-balance", "100"});
+}
+
+TEST_CASE(
+    "bank on PostgreSQL: killed between commit and reply, replayed "
+    "after restart",
+    "[postgres]") {
+  const std::string url = PostgresUrl();
+  CrashBetweenCommitAndReply({"--name", "bank-" + std::to_string(getpid()),
+                              "--store", "postgres", "--pg-url", url,
+                              "--accounts", "3", "--initial-balance", "100"});
+}
+
+}  // namespace
+}  // namespace tcc::testing
