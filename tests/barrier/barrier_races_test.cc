@@ -150,6 +150,35 @@ void ConfirmRacesCancel() {
 TCC_STORE_TEST_CASE("concurrent Confirm and Cancel on the same keys",
                     ConfirmRacesCancel)
 
+// Duplicates racing each other: one executes, every other one is replayed.
+template <class Env>
+void DuplicatesRace() {
+  BarrierHarness<Env> h(StoreOptions{std::chrono::milliseconds(500)});
+  std::vector<absl::StatusOr<barrier::BarrierAnswer>> first(kKeys),
+      second(kKeys);
+  RunShuffled(
+      [&](const Task& t) {
+        barrier::BranchCall c =
+            MakeCall("race.dup." + std::to_string(t.key), H());
+        (t.op == 0 ? first : second)[t.key] =
+            UntilAnswered([&] { return h.Try(c); });
+      },
+      3);
+  for (int k = 0; k < kKeys; ++k) {
+    INFO(Env::kName << ": key " << k);
+    REQUIRE(first[k].ok());
+    REQUIRE(second[k].ok());
+    CHECK(first[k]->outcome == Outcome::kExecuted);
+    CHECK(second[k]->outcome == Outcome::kExecuted);
+    CHECK(first[k]->replayed != second[k]->replayed);
+    CHECK(Effect(h.store(), "try",
+                 MakeCall("race.dup." + std::to_string(k), H()).key) == 1);
+  }
+}
+
+TCC_STORE_TEST_CASE("concurrent duplicate Trys on the same keys",
+                    DuplicatesRace)
+
 // A Cancel that arrives while a slow Try holds the key waits for it (it does
 // not answer EMPTY_ROLLBACK past a Try in progress, and does not deadlock),
 // then undoes what the Try reserved.

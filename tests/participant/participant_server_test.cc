@@ -182,6 +182,10 @@ TEST_CASE("participant server: malformed calls are INVALID_ARGUMENT",
             .error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK(Call(s, &v1::Participant::Stub::Try, Request("bad gid"), &resp)
             .error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  v1::BranchRequest no_deadline = Request("g");
+  no_deadline.clear_try_deadline_ms();
+  CHECK(Call(s, &v1::Participant::Stub::Try, no_deadline, &resp).error_code() ==
+        grpc::StatusCode::INVALID_ARGUMENT);
   CHECK(s.rec.TotalInvocations() == 0);
   CHECK(Query(s, "g").state() == v1::BARRIER_STATE_NOT_FOUND);
 }

@@ -21,7 +21,10 @@ std::string LowerCodeName(absl::StatusCode code) {
   return name;
 }
 
-absl::Status ValidateCall(const BranchCall& call) {
+absl::Status ValidateCall(const BranchCall& call, bool is_try) {
+  if (is_try && call.try_deadline_ms <= 0) {
+    return absl::InvalidArgumentError("try_deadline_ms: required for Try");
+  }
   if (absl::Status s = identity::ValidateGid(call.key.gid); !s.ok()) return s;
   if (absl::Status s = identity::ValidateBranchId(call.key.branch_id);
       !s.ok()) {
@@ -87,7 +90,7 @@ absl::StatusOr<BarrierAnswer> Participant::Run(Phase phase,
                                               : "cancel";
   absl::StatusOr<BarrierAnswer> answer;
   auto action = actions_.find(call.action);
-  if (absl::Status s = ValidateCall(call); !s.ok()) {
+  if (absl::Status s = ValidateCall(call, phase == Phase::kTry); !s.ok()) {
     answer = s;
   } else if (action == actions_.end()) {
     answer = absl::InvalidArgumentError(
