@@ -6,6 +6,11 @@
 
 #include <sys/wait.h>
 
+#include <array>
+#include <atomic>
+#include <future>
+#include <thread>
+
 #include "barrier/store_envs.h"
 #include "tcc/identity/content_hash.h"
 
@@ -161,6 +166,89 @@ TEST_CASE(
   CrashBetweenCommitAndReply({"--name", "bank-" + std::to_string(getpid()),
                               "--store", "postgres", "--pg-url", url,
                               "--accounts", "3", "--initial-balance", "100"});
+}
+
+// Many branches at once over gRPC: for each, a Try races its Cancel (as when
+// tccd gives up on a slow Try), or a Try is followed by duplicate Confirms
+// sent at once. Money is conserved, every reservation is released, and each
+// confirmed debit moved its amount exactly once. (Catch2 assertions are not
+// thread-safe: threads record answers, the test thread checks them.)
+TEST_CASE(
+    "bank on RocksDB: concurrent Try/Cancel and duplicate Confirms "
+    "over gRPC",
+    "[rocksdb]") {
+  TempDir dir;
+  BankProcess p({"--name", "bank-a", "--store", "rocksdb", "--data-dir",
+                 dir.path() + "/bank-a", "--accounts", "4", "--initial-balance",
+                 "1000"});
+  const int64_t deadline = FarDeadline();
+  constexpr int kBranches = 60;
+  using Answer = std::pair<grpc::StatusCode, v1::BranchResponse>;
+  auto until_answered = [&](Phase phase, const v1::BranchRequest& req) {
+    Answer a;
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      grpc::Status s = Send(p, phase, req, &a.second);
+      a.first = s.error_code();
+      if (a.first != grpc::StatusCode::UNAVAILABLE) break;
+    }
+    return a;
+  };
+  // Per branch: [0] Try, [1] Cancel or first Confirm, [2] second Confirm.
+  std::vector<std::array<Answer, 3>> answers(kBranches);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = t; i < kBranches; i += 4) {
+        const v1::BranchRequest req =
+            Branch("c" + std::to_string(i), "debit",
+                   std::to_string(i % 4) + ":5", deadline);
+        if (i % 2 == 0) {
+          auto cancel = std::async(std::launch::async, [&] {
+            return until_answered(Phase::kCancel, req);
+          });
+          answers[i][0] = until_answered(Phase::kTry, req);
+          answers[i][1] = cancel.get();
+        } else {
+          answers[i][0] = until_answered(Phase::kTry, req);
+          auto other = std::async(std::launch::async, [&] {
+            return until_answered(Phase::kConfirm, req);
+          });
+          answers[i][1] = until_answered(Phase::kConfirm, req);
+          answers[i][2] = other.get();
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  int confirmed = 0;
+  for (int i = 0; i < kBranches; ++i) {
+    INFO("branch " << i);
+    for (int j = 0; j < (i % 2 == 0 ? 2 : 3); ++j) {
+      REQUIRE(answers[i][j].first == grpc::StatusCode::OK);
+    }
+    const v1::BranchResponse& tried = answers[i][0].second;
+    if (i % 2 == 0) {
+      const v1::BranchResponse& cancelled = answers[i][1].second;
+      if (tried.outcome() == v1::OUTCOME_EXECUTED) {
+        CHECK(cancelled.outcome() == v1::OUTCOME_EXECUTED);
+      } else {
+        CHECK(tried.outcome() == v1::OUTCOME_HANGING_REFUSED);
+        CHECK(cancelled.outcome() == v1::OUTCOME_EMPTY_ROLLBACK);
+      }
+    } else {
+      CHECK(tried.outcome() == v1::OUTCOME_EXECUTED);
+      CHECK(answers[i][1].second.outcome() == v1::OUTCOME_EXECUTED);
+      CHECK(answers[i][2].second.outcome() == v1::OUTCOME_EXECUTED);
+      // One ran, the other got its stored answer.
+      CHECK(answers[i][1].second.replayed() != answers[i][2].second.replayed());
+      ++confirmed;
+    }
+  }
+  examples::bank::Totals totals = Totals(p);
+  CHECK(totals.frozen() == 0);
+  CHECK(totals.incoming() == 0);
+  CHECK(totals.balance() == 4 * 1000 - 5 * confirmed);
 }
 
 }  // namespace
