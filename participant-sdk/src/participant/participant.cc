@@ -3,6 +3,7 @@
 #include <cctype>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -103,18 +104,34 @@ absl::StatusOr<BarrierAnswer> Participant::Run(Phase phase,
     answer = barrier_.Cancel(call, action->second.on_cancel);
   }
 
+  // Ids come from the network: escaped, so a malformed one cannot forge log
+  // lines (valid ids print unchanged).
+  auto where = [&] {
+    return absl::StrCat(
+        op, " gid=",
+        absl::CEscape(
+            absl::string_view(call.key.gid.data(), call.key.gid.size())),
+        " branch=",
+        absl::CEscape(absl::string_view(call.key.branch_id.data(),
+                                        call.key.branch_id.size())),
+        " created_at=", call.key.created_at_ms, " attempt=", call.attempt,
+        " epoch=", call.owner_epoch, " action=",
+        absl::CEscape(
+            absl::string_view(call.action.data(), call.action.size())));
+  };
   if (!answer.ok()) {
     Count(op, LowerCodeName(answer.status().code()), false);
     if (answer.status().code() == absl::StatusCode::kUnavailable) {
-      spdlog::warn("{}: {} gid={} branch={} created_at={} action={}: {}",
-                   options_.name, op, call.key.gid, call.key.branch_id,
-                   call.key.created_at_ms, call.action,
+      spdlog::warn("{}: {}: {}", options_.name, where(),
+                   answer.status().ToString());
+    } else if (answer.status().code() ==
+               absl::StatusCode::kFailedPrecondition) {
+      // A protocol violation: tccd flags the branch STUCK for an operator.
+      spdlog::warn("{}: {} protocol violation: {}", options_.name, where(),
                    answer.status().ToString());
     } else {
-      spdlog::info(
-          "{}: {} gid={} branch={} created_at={} action={} refused: {}",
-          options_.name, op, call.key.gid, call.key.branch_id,
-          call.key.created_at_ms, call.action, answer.status().ToString());
+      spdlog::info("{}: {} refused: {}", options_.name, where(),
+                   answer.status().ToString());
     }
     return answer;
   }
@@ -124,14 +141,11 @@ absl::StatusOr<BarrierAnswer> Participant::Run(Phase phase,
                        answer->outcome == barrier::Outcome::kHangingRefused ||
                        answer->outcome == barrier::Outcome::kConflict;
   if (answer->replayed || refusal) {
-    spdlog::info("{}: {} gid={} branch={} created_at={} action={} -> {}{}{}{}",
-                 options_.name, op, call.key.gid, call.key.branch_id,
-                 call.key.created_at_ms, call.action, outcome,
+    spdlog::info("{}: {} -> {}{}{}{}", options_.name, where(), outcome,
                  answer->replayed ? " (replayed)" : "",
                  answer->message.empty() ? "" : ": ", answer->message);
-  } else {
-    spdlog::debug("{}: {} gid={} branch={} -> {}", options_.name, op,
-                  call.key.gid, call.key.branch_id, outcome);
+  } else if (spdlog::should_log(spdlog::level::debug)) {
+    spdlog::debug("{}: {} -> {}", options_.name, where(), outcome);
   }
   return answer;
 }
