@@ -3,8 +3,11 @@
 // and Bank services, and stops it (SIGTERM) or waits for it to die.
 #pragma once
 
+#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,6 +61,10 @@ class BankProcess {
     char line[256];
     while (std::fgets(line, sizeof line, out_) != nullptr) {
       std::string s(line);
+      if (s.rfind("metrics on ", 0) == 0) {
+        metrics_port_ = std::stoi(s.substr(s.rfind(':') + 1));
+        continue;
+      }
       const std::string prefix = "listening on ";
       if (s.rfind(prefix, 0) == 0) {
         port_ = std::stoi(s.substr(s.rfind(':') + 1));
@@ -94,6 +101,28 @@ class BankProcess {
   }
 
   int port() const { return port_; }
+  // The Prometheus port (with --metrics-listen), else 0.
+  int metrics_port() const { return metrics_port_; }
+
+  // GET /metrics from the process's exposer: the whole HTTP response.
+  std::string ScrapeMetrics() {
+    REQUIRE(metrics_port_ > 0);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(metrics_port_));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    REQUIRE(write(fd, req.data(), req.size()) ==
+            static_cast<ssize_t>(req.size()));
+    std::string resp;
+    char buf[4096];
+    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) resp.append(buf, n);
+    close(fd);
+    return resp;
+  }
   v1::Participant::Stub& participant() { return *participant_; }
   examples::bank::Bank::Stub& bank() { return *bank_; }
 
@@ -102,6 +131,7 @@ class BankProcess {
   bool exited_ = false;
   FILE* out_ = nullptr;
   int port_ = 0;
+  int metrics_port_ = 0;
   std::unique_ptr<v1::Participant::Stub> participant_;
   std::unique_ptr<examples::bank::Bank::Stub> bank_;
 };

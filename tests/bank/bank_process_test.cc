@@ -109,7 +109,10 @@ void CrashBetweenCommitAndReply(const std::vector<std::string>& args) {
   }
   {
     // 3. Restarted: the Confirm is replayed; the money moved once.
-    BankProcess p(args);
+    std::vector<std::string> with_metrics = args;
+    with_metrics.insert(with_metrics.end(),
+                        {"--metrics-listen", "127.0.0.1:0"});
+    BankProcess p(with_metrics);
     REQUIRE(Send(p, Phase::kConfirm, debit, &resp).ok());
     CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
     CHECK(resp.replayed());
@@ -141,6 +144,15 @@ void CrashBetweenCommitAndReply(const std::vector<std::string>& args) {
     CHECK(t.balance() == 300);  // 100 x 3 - 30 + 30
     CHECK(t.frozen() == 0);
     CHECK(t.incoming() == 0);
+
+    // The replay is counted, by operation, outcome and replayed.
+    const std::string metrics = p.ScrapeMetrics();
+    CHECK_THAT(metrics, Catch::Contains(
+                            "tcc_participant_calls_total{operation=\"confirm\","
+                            "outcome=\"executed\",replayed=\"true\"} 1"));
+    CHECK_THAT(metrics,
+               Catch::Contains("tcc_participant_calls_total{operation=\"try\","
+                               "outcome=\"rejected\",replayed=\"false\"} 1"));
 
     int status = p.Terminate();
     CHECK(WIFEXITED(status));

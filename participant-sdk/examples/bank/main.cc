@@ -5,7 +5,8 @@
 //   tcc-bank --name bank-b --store postgres --pg-url "$TCC_PG_URL" ...
 //
 // Prints "listening on HOST:PORT" on stdout once it serves (so callers can
-// listen on port 0), then serves tcc.v1.Participant and
+// listen on port 0; with --metrics-listen, a "metrics on HOST:PORT" line for
+// Prometheus' /metrics comes first), then serves tcc.v1.Participant and
 // tcc.examples.bank.Bank on that port until SIGTERM or SIGINT.
 #include <signal.h>
 
@@ -117,8 +118,15 @@ int main(int argc, char** argv) {
   }
   std::unique_ptr<prometheus::Exposer> exposer;
   if (!metrics_listen.empty()) {
-    exposer = std::make_unique<prometheus::Exposer>(metrics_listen);
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(metrics_listen);
+    } catch (const std::exception& e) {
+      return Fail("metrics listen", absl::UnavailableError(e.what()));
+    }
     exposer->RegisterCollectable(registry);
+    std::printf("metrics on %s:%d\n",
+                metrics_listen.substr(0, metrics_listen.rfind(':')).c_str(),
+                exposer->GetListeningPorts().at(0));
   }
 
   tcc::examples::bank::BankService bank(*store);
