@@ -185,14 +185,9 @@ TEST_CASE(
 // sent at once. Money is conserved, every reservation is released, and each
 // confirmed debit moved its amount exactly once. (Catch2 assertions are not
 // thread-safe: threads record answers, the test thread checks them.)
-TEST_CASE(
-    "bank on RocksDB: concurrent Try/Cancel and duplicate Confirms "
-    "over gRPC",
-    "[rocksdb]") {
-  TempDir dir;
-  BankProcess p({"--name", "bank-a", "--store", "rocksdb", "--data-dir",
-                 dir.path() + "/bank-a", "--accounts", "4", "--initial-balance",
-                 "1000"});
+void ConcurrentBranches(std::vector<std::string> args) {
+  args.insert(args.end(), {"--accounts", "4", "--initial-balance", "1000"});
+  BankProcess p(args);
   const int64_t deadline = FarDeadline();
   constexpr int kBranches = 60;
   using Answer = std::pair<grpc::StatusCode, v1::BranchResponse>;
@@ -261,6 +256,23 @@ TEST_CASE(
   CHECK(totals.frozen() == 0);
   CHECK(totals.incoming() == 0);
   CHECK(totals.balance() == 4 * 1000 - 5 * confirmed);
+}
+
+TEST_CASE(
+    "bank on RocksDB: concurrent Try/Cancel and duplicate Confirms "
+    "over gRPC",
+    "[rocksdb]") {
+  TempDir dir;
+  ConcurrentBranches({"--name", "bank-a", "--store", "rocksdb", "--data-dir",
+                      dir.path() + "/bank-a"});
+}
+
+TEST_CASE(
+    "bank on PostgreSQL: concurrent Try/Cancel and duplicate Confirms "
+    "over gRPC",
+    "[postgres]") {
+  ConcurrentBranches({"--name", "bank-c" + std::to_string(getpid()), "--store",
+                      "postgres", "--pg-url", PostgresUrl()});
 }
 
 }  // namespace
