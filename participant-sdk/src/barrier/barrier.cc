@@ -1,5 +1,6 @@
 #include "tcc/barrier/barrier.h"
 
+#include <algorithm>
 #include <exception>
 #include <memory>
 #include <optional>
