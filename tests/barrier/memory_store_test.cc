@@ -70,6 +70,30 @@ TEST_CASE("memory store: a lost commit is UNAVAILABLE and the retry runs once",
   CHECK(Effect(h.store(), "try", c.key) == 1);
 }
 
+TEST_CASE("memory store: a crash during a call loses the whole call",
+          "[memory]") {
+  // The simulation's way to crash a participant mid-call: Crash() from inside
+  // the handler, before the barrier commits.
+  BarrierHarness<MemoryEnv> h;
+  barrier::BranchCall c = MakeCall("mid", H());
+  auto crashed =
+      h.barrier.Try(c,
+                    [&](const barrier::HandlerContext& ctx)
+                        -> absl::StatusOr<barrier::TryVerdict> {
+                      if (absl::Status s = ctx.txn.Put("try/x", "1"); !s.ok())
+                        return s;
+                      h.env.store().Crash();
+                      return barrier::TryVerdict::Reserve();
+                    });
+  CHECK(crashed.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(h.State(c.key) == BarrierState::kNotFound);
+  CHECK(h.env.store().BusinessData().empty());
+  auto again = h.Try(c);
+  REQUIRE(again.ok());
+  CHECK(again->outcome == Outcome::kExecuted);
+  CHECK(!again->replayed);
+}
+
 TEST_CASE("memory store: savepoints discard writes after them", "[memory]") {
   barrier::MemoryBarrierStore store;
   auto txn = store.Begin();
