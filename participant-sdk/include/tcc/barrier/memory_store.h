@@ -7,6 +7,18 @@
 // commit (its Commit() returns UNAVAILABLE and changes nothing), exactly as if
 // the process had died before its commit. FailNextCommits(n) makes the next n
 // commits fail without applying anything (a commit lost in a crash).
+// A simulation crashes a participant in the middle of a call by calling
+// Crash() from inside a handler (the call then answers UNAVAILABLE and left
+// nothing behind), or after a call returned (the answer was durable, the
+// reply is what gets lost).
+//
+// Use in a simulation (single-threaded, no gRPC):
+//
+//   MemoryBarrierStore store;
+//   clock::ManualClock clock(start_ms);
+//   Barrier barrier(store, clock, {.clock_skew_ms = 1000});
+//   absl::StatusOr<BarrierAnswer> a = barrier.Try(call, try_handler);
+//   store.Crash();  // keeps what committed
 //
 // Locking: one local transaction at a time holds the store (a store-wide
 // lock taken by Begin(), released when the transaction ends), which
