@@ -278,6 +278,7 @@ uint64_t Stepper::Decide(Decision d, DecisionCause cause, std::string reason,
   p.purpose = PersistPurpose::kDecided;
   p.approval_id = approval_id;
   p.state_before = t_.state;
+  t_.state_before_decision = t_.state;
   wal::Decided rec;
   rec.decision = d;
   rec.reason = absl::StrCat(PrefixFor(cause), reason);
@@ -354,9 +355,10 @@ void Stepper::StartPhase2() {
     if (br.op == BranchOp::kCalling && br.op_phase != Phase::kTry) continue;
     if (o_.breakers.skip_cancel_for_unconfirmed_try &&
         t_.decision == Decision::kCancel &&
-        br.try_phase.state != PhaseState::kSucceeded) {
+        (br.try_phase.state == PhaseState::kUnknown ||
+         br.try_phase.state == PhaseState::kNotSent)) {
       UpdatePhase(b, Phase::kCancel, PhaseState::kSucceeded, Outcome::kNone,
-                  "skipped: assumed nothing reserved");
+                  "skipped: unknown Try assumed to hold nothing");
       continue;
     }
     SendPhase2(b);
@@ -723,6 +725,9 @@ void Stepper::OnTryReply(const CallReplyEvent& e) {
   const bool current = br.op == BranchOp::kCalling &&
                        br.op_phase == Phase::kTry && br.op_attempt == e.attempt;
   const int bi = static_cast<int>(e.branch);
+  // Once decided, Try answers are moot: a HANGING_REFUSED that follows our
+  // own Cancel says nothing about an earlier attempt.
+  if (t_.decision != Decision::kNone) return;
   if (IsResolved(br.try_phase.state)) {
     if (e.status.ok()) {
       const bool says_ok = e.outcome == Outcome::kExecuted;

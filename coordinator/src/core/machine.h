@@ -109,10 +109,11 @@ namespace tcc::core {
 // Test-only rule breakers (issue 7's simulation must catch each). Off by
 // default; production never sets them.
 struct RuleBreakers {
-  // (a) Anti-hanging assumption broken: a branch whose Try is not known
-  // EXECUTED is assumed to hold nothing, so a Cancel decision skips it (no
-  // Cancel, so no barrier marker) and marks it done. A Try that executed but
-  // whose reply was lost, or that arrives late, keeps its reservation.
+  // (a) Anti-hanging assumption broken: a branch whose Try outcome is unknown
+  // (or that was never sent) is assumed to hold nothing, so a Cancel decision
+  // skips it (no Cancel, so no barrier marker) and marks it done. A Try that
+  // executed but whose reply was lost, or that arrives late, keeps its
+  // reservation.
   bool skip_cancel_for_unconfirmed_try = false;
   // (b) The decision is acted on (phase-2 calls, answers) before its record is
   // durable.

@@ -37,6 +37,13 @@ TransactionView MakeView(const Txn& t) {
   v.state = t.state;
   v.decision = t.decision;
   v.decision_reason = t.decision_reason;
+  v.decided_at_ms = t.decided_at_ms;
+  if (t.decision != Decision::kNone && !t.decision_durable) {
+    v.state = t.state_before_decision;
+    v.decision = Decision::kNone;
+    v.decision_reason.clear();
+    v.decided_at_ms = 0;
+  }
   v.content_hash = t.content_hash;
   v.revision = t.revision;
   v.created_at_ms = t.created_at_ms;
@@ -50,7 +57,6 @@ TransactionView MakeView(const Txn& t) {
               return a.branch_id < b.branch_id;
             });
   v.registered_at_ms = t.registered_at_ms;
-  v.decided_at_ms = t.decided_at_ms;
   v.finished_at_ms = t.finished_at_ms;
   v.owner_epoch = t.owner_epoch;
   v.interactive = t.interactive;

@@ -190,6 +190,9 @@ struct Txn {
   bool registered_durable = false;
   bool committed_durable = false;  // interactive: Commit's record is durable
   bool decision_durable = false;
+  // What the state was when a decision not yet durable was made: views show
+  // it until the decision is durable (no caller hears of it before).
+  TxnState state_before_decision = TxnState::kTrying;
   bool poisoned = false;  // a WAL write failed: the owner must be dropped
   uint64_t next_seq = 1;
   uint64_t next_query = 1;
