@@ -1,0 +1,110 @@
+#include "rpc/participant_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "rpc/status_mapping.h"
+
+namespace tcc::rpc {
+namespace {
+
+// Keeps the context and the reply alive until gRPC calls back.
+template <typename Response, typename Done>
+struct PendingCall {
+  grpc::ClientContext context;
+  Response response;
+  Done done;
+};
+
+}  // namespace
+
+absl::Status ParticipantClient::Add(
+    const std::string& name, const std::string& address,
+    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  if (!credentials) credentials = grpc::InsecureChannelCredentials();
+  grpc::ChannelArguments args;
+  // Reconnect quickly after a participant restarts.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  auto channel = grpc::CreateCustomChannel(address, credentials, args);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stubs_.count(name) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("participant ", name));
+  }
+  stubs_[name] = tcc::v1::Participant::NewStub(channel);
+  return absl::OkStatus();
+}
+
+bool ParticipantClient::Has(const std::string& name) const {
+  return Stub(name) != nullptr;
+}
+
+tcc::v1::Participant::Stub* ParticipantClient::Stub(
+    const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = stubs_.find(name);
+  return it == stubs_.end() ? nullptr : it->second.get();
+}
+
+void ParticipantClient::Call(const std::string& participant, ParticipantOp op,
+                             const tcc::v1::BranchRequest& request,
+                             int64_t timeout_ms, BranchReply done) {
+  tcc::v1::Participant::Stub* stub = Stub(participant);
+  if (stub == nullptr) {
+    done(absl::NotFoundError(
+        absl::StrCat("no participant named ", participant)));
+    return;
+  }
+  using Call = PendingCall<tcc::v1::BranchResponse, BranchReply>;
+  auto* call = new Call{{}, {}, std::move(done)};
+  call->context.set_deadline(
+      gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                   gpr_time_from_millis(timeout_ms, GPR_TIMESPAN)));
+  auto on_done = [call](grpc::Status status) {
+    if (status.ok()) {
+      call->done(std::move(call->response));
+    } else {
+      call->done(FromGrpc(status));
+    }
+    delete call;
+  };
+  switch (op) {
+    case ParticipantOp::kTry:
+      stub->async()->Try(&call->context, &request, &call->response, on_done);
+      break;
+    case ParticipantOp::kConfirm:
+      stub->async()->Confirm(&call->context, &request, &call->response,
+                             on_done);
+      break;
+    case ParticipantOp::kCancel:
+      stub->async()->Cancel(&call->context, &request, &call->response, on_done);
+      break;
+  }
+}
+
+void ParticipantClient::Query(const std::string& participant,
+                              const tcc::v1::QueryRequest& request,
+                              int64_t timeout_ms, QueryReply done) {
+  tcc::v1::Participant::Stub* stub = Stub(participant);
+  if (stub == nullptr) {
+    done(absl::NotFoundError(
+        absl::StrCat("no participant named ", participant)));
+    return;
+  }
+  using Call = PendingCall<tcc::v1::QueryResponse, QueryReply>;
+  auto* call = new Call{{}, {}, std::move(done)};
+  call->context.set_deadline(
+      gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                   gpr_time_from_millis(timeout_ms, GPR_TIMESPAN)));
+  stub->async()->Query(&call->context, &request, &call->response,
+                       [call](grpc::Status status) {
+                         if (status.ok()) {
+                           call->done(std::move(call->response));
+                         } else {
+                           call->done(FromGrpc(status));
+                         }
+                         delete call;
+                       });
+}
+
+}  // namespace tcc::rpc

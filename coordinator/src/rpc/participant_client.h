@@ -1,0 +1,65 @@
+// The gRPC client tccd uses to call participants (tcc.v1.Participant): one
+// channel per configured participant, asynchronous calls (gRPC's callback
+// API) with a per-call deadline, so no coordinator thread waits on the
+// network.
+//
+// It only moves messages: a reply is handed back as it came, and any gRPC
+// error (including a deadline) as its status. What a timeout means (an
+// unknown outcome, DESIGN.md section 1) is the driver's business.
+//
+// Thread-safe: Add before use; Call and Query from any thread. Completion
+// callbacks run on gRPC's threads and must not block.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "grpcpp/security/credentials.h"
+#include "tcc/v1/participant.grpc.pb.h"
+
+namespace tcc::rpc {
+
+enum class ParticipantOp { kTry, kConfirm, kCancel };
+
+using BranchReply =
+    std::function<void(absl::StatusOr<tcc::v1::BranchResponse>)>;
+using QueryReply = std::function<void(absl::StatusOr<tcc::v1::QueryResponse>)>;
+
+class ParticipantClient {
+ public:
+  ParticipantClient() = default;
+  ParticipantClient(const ParticipantClient&) = delete;
+  ParticipantClient& operator=(const ParticipantClient&) = delete;
+
+  // Opens a channel to `address` for `name` (plaintext when `credentials` is
+  // null). ALREADY_EXISTS if the name is taken.
+  [[nodiscard]] absl::Status Add(
+      const std::string& name, const std::string& address,
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+
+  bool Has(const std::string& name) const;
+
+  // Sends Try, Confirm or Cancel; `done` gets the reply or the gRPC error
+  // (NOT_FOUND locally for an unknown participant name).
+  void Call(const std::string& participant, ParticipantOp op,
+            const tcc::v1::BranchRequest& request, int64_t timeout_ms,
+            BranchReply done);
+
+  void Query(const std::string& participant,
+             const tcc::v1::QueryRequest& request, int64_t timeout_ms,
+             QueryReply done);
+
+ private:
+  tcc::v1::Participant::Stub* Stub(const std::string& name) const;
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<tcc::v1::Participant::Stub>> stubs_;
+};
+
+}  // namespace tcc::rpc

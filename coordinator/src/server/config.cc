@@ -1,0 +1,405 @@
+#include "server/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tcc/identity/ids.h"
+
+namespace tcc::server {
+namespace {
+
+// Walks one YAML mapping: typed reads of known keys, and a final check that
+// no other key is there. The first error wins and names the full key path.
+class MapReader {
+ public:
+  MapReader(const YAML::Node& node, std::string path, absl::Status* error)
+      : node_(node), path_(std::move(path)), error_(error) {
+    if (error_->ok() && node_.IsDefined() && !node_.IsNull() &&
+        !node_.IsMap()) {
+      Fail(path_.empty() ? "(top level)" : path_, "must be a mapping");
+    }
+  }
+
+  bool ok() const { return error_->ok(); }
+
+  std::string Key(std::string_view key) const {
+    return path_.empty() ? std::string(key)
+                         : absl::StrCat(path_, ".", std::string(key));
+  }
+
+  // The child node, marking the key as known.
+  YAML::Node Child(std::string_view key) {
+    known_.insert(std::string(key));
+    if (!node_.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+    return node_[std::string(key)];
+  }
+
+  void String(std::string_view key, std::string* out) {
+    YAML::Node n = Child(key);
+    if (!ok() || !n.IsDefined()) return;
+    if (n.IsNull()) {
+      out->clear();
+      return;
+    }
+    if (!n.IsScalar()) return Fail(Key(key), "must be a string");
+    *out = n.Scalar();
+  }
+
+  void Bool(std::string_view key, bool* out) {
+    YAML::Node n = Child(key);
+    if (!ok() || !n.IsDefined()) return;
+    const std::string s = n.IsScalar() ? n.Scalar() : "";
+    if (s == "true") {
+      *out = true;
+    } else if (s == "false") {
+      *out = false;
+    } else {
+      Fail(Key(key), "must be true or false");
+    }
+  }
+
+  template <typename Int>
+  void Integer(std::string_view key, Int* out, int64_t min, int64_t max) {
+    YAML::Node n = Child(key);
+    if (!ok() || !n.IsDefined()) return;
+    int64_t v = 0;
+    if (!n.IsScalar() || !absl::SimpleAtoi(n.Scalar(), &v)) {
+      return Fail(Key(key), "must be an integer");
+    }
+    if (v < min || v > max) {
+      return Fail(Key(key), absl::StrCat("must be between ", min, " and ", max,
+                                         ", not ", v));
+    }
+    *out = static_cast<Int>(v);
+  }
+
+  void OneOf(std::string_view key, std::string* out,
+             std::initializer_list<const char*> allowed) {
+    String(key, out);
+    if (!ok()) return;
+    for (const char* a : allowed) {
+      if (*out == a) return;
+    }
+    std::string list;
+    for (const char* a : allowed)
+      absl::StrAppend(&list, list.empty() ? "" : ", ", a);
+    Fail(Key(key), absl::StrCat("must be one of ", list, ", not '", *out, "'"));
+  }
+
+  // Call after every read: refuses keys nobody asked for.
+  void RejectUnknown() {
+    if (!ok() || !node_.IsMap()) return;
+    for (const auto& kv : node_) {
+      const std::string key = kv.first.as<std::string>();
+      if (known_.count(key) == 0) {
+        return Fail(Key(key), "unknown key");
+      }
+    }
+  }
+
+  void Fail(const std::string& key, std::string_view what) {
+    if (!error_->ok()) return;
+    *error_ =
+        absl::InvalidArgumentError(absl::StrCat(key, ": ", std::string(what)));
+  }
+
+ private:
+  YAML::Node node_;
+  std::string path_;
+  absl::Status* error_;
+  std::set<std::string> known_;
+};
+
+constexpr int64_t kHour = 3600LL * 1000;
+constexpr int64_t kDay = 24 * kHour;
+
+void ReadBounds(MapReader& parent, std::string_view key, TimeoutBounds* b,
+                absl::Status* error) {
+  MapReader r(parent.Child(key), parent.Key(key), error);
+  r.Integer("min_ms", &b->min_ms, 1, kHour);
+  r.Integer("max_ms", &b->max_ms, 1, kHour);
+  r.Integer("initial_ms", &b->initial_ms, 1, kHour);
+  r.RejectUnknown();
+}
+
+void ReadParticipant(const std::string& name, const YAML::Node& node,
+                     const std::string& path, const TimeoutBounds& defaults,
+                     ParticipantConfig* p, absl::Status* error) {
+  p->name = name;
+  p->try_timeout = p->confirm_timeout = p->cancel_timeout = p->query_timeout =
+      defaults;
+  if (node.IsScalar()) {  // shorthand: `bank-a: 127.0.0.1:7101`
+    p->address = node.Scalar();
+    return;
+  }
+  MapReader r(node, path, error);
+  r.String("address", &p->address);
+  {
+    MapReader t(r.Child("timeouts"), r.Key("timeouts"), error);
+    ReadBounds(t, "try", &p->try_timeout, error);
+    ReadBounds(t, "confirm", &p->confirm_timeout, error);
+    ReadBounds(t, "cancel", &p->cancel_timeout, error);
+    ReadBounds(t, "query", &p->query_timeout, error);
+    t.RejectUnknown();
+  }
+  {
+    MapReader t(r.Child("tls"), r.Key("tls"), error);
+    t.Bool("enabled", &p->tls);
+    t.String("ca_file", &p->tls_ca_file);
+    t.String("cert_file", &p->tls_cert_file);
+    t.String("key_file", &p->tls_key_file);
+    t.RejectUnknown();
+  }
+  r.RejectUnknown();
+  if (error->ok() && p->address.empty()) {
+    *error =
+        absl::InvalidArgumentError(absl::StrCat(path, ".address: required"));
+  }
+}
+
+absl::Status ValidateAddress(const std::string& key, const std::string& addr,
+                             bool allow_empty) {
+  if (addr.empty()) {
+    return allow_empty ? absl::OkStatus()
+                       : absl::InvalidArgumentError(
+                             absl::StrCat(key, ": required (host:port)"));
+  }
+  const size_t colon = addr.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(addr.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": '", addr, "' is not host:port"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBounds(const std::string& key, const TimeoutBounds& b) {
+  if (b.min_ms > b.max_ms) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, ".max_ms: must be >= min_ms (", b.min_ms, "), not ", b.max_ms));
+  }
+  if (b.initial_ms < b.min_ms || b.initial_ms > b.max_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ".initial_ms: must be within [min_ms, max_ms], not ",
+                     b.initial_ms));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
+                                   std::string_view source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(source), ": not valid YAML: ", e.what()));
+  }
+  Config c;
+  absl::Status error;
+  MapReader top(root, "", &error);
+  top.String("listen", &c.listen);
+  top.String("admin_listen", &c.admin_listen);
+  top.String("metrics_listen", &c.metrics_listen);
+  top.String("data_dir", &c.data_dir);
+  top.Bool("allow_direct_targets", &c.allow_direct_targets);
+  top.Bool("sync_writes", &c.sync_writes);
+  top.Integer("shards", &c.shards, 0, 256);
+
+  TimeoutBounds default_bounds;
+  {
+    MapReader r(top.Child("participant_defaults"),
+                top.Key("participant_defaults"), &error);
+    MapReader t(r.Child("timeouts"), r.Key("timeouts"), &error);
+    ReadBounds(t, "all", &default_bounds, &error);
+    t.RejectUnknown();
+    r.RejectUnknown();
+  }
+  {
+    YAML::Node ps = top.Child("participants");
+    if (error.ok() && ps.IsDefined() && !ps.IsNull()) {
+      if (!ps.IsMap()) {
+        top.Fail("participants", "must be a mapping of name -> address");
+      } else {
+        for (const auto& kv : ps) {
+          const std::string name = kv.first.as<std::string>();
+          const std::string path = absl::StrCat("participants.", name);
+          if (absl::Status s = identity::ValidateParticipantName(name);
+              !s.ok() && error.ok()) {
+            error = absl::InvalidArgumentError(
+                absl::StrCat(path, ": ", std::string(s.message())));
+          }
+          ParticipantConfig p;
+          ReadParticipant(name, kv.second, path, default_bounds, &p, &error);
+          c.participants[name] = std::move(p);
+        }
+      }
+    }
+  }
+  {
+    MapReader r(top.Child("retry"), top.Key("retry"), &error);
+    r.Integer("base_ms", &c.retry.base_ms, 1, kHour);
+    r.Integer("cap_ms", &c.retry.cap_ms, 1, kDay);
+    r.Integer("stuck_after_ms", &c.retry.stuck_after_ms, 1, 30 * kDay);
+    r.Integer("stuck_retry_ms", &c.retry.stuck_retry_ms, 1, kDay);
+    r.RejectUnknown();
+  }
+  {
+    MapReader r(top.Child("circuit_breaker"), top.Key("circuit_breaker"),
+                &error);
+    r.Integer("failure_threshold", &c.circuit_breaker.failure_threshold, 1,
+              1000000);
+    r.Integer("open_ms", &c.circuit_breaker.open_ms, 1, kHour);
+    r.RejectUnknown();
+  }
+  {
+    MapReader r(top.Child("transactions"), top.Key("transactions"), &error);
+    r.Integer("try_timeout_ms", &c.transactions.try_timeout_ms, 1, kDay);
+    r.Integer("max_try_timeout_ms", &c.transactions.max_try_timeout_ms, 1,
+              kDay);
+    r.Integer("approval_timeout_ms", &c.transactions.approval_timeout_ms, 1,
+              7 * kDay);
+    r.Integer("max_approval_timeout_ms",
+              &c.transactions.max_approval_timeout_ms, 1, 7 * kDay);
+    r.RejectUnknown();
+  }
+  {
+    MapReader r(top.Child("limits"), top.Key("limits"), &error);
+    r.Integer("max_branches", &c.limits.max_branches, 1, 10000);
+    r.Integer("max_payload_bytes", &c.limits.max_payload_bytes, 0,
+              64LL * 1024 * 1024);
+    r.Integer("max_request_bytes", &c.limits.max_request_bytes, 1024,
+              256LL * 1024 * 1024);
+    r.Integer("max_in_flight", &c.limits.max_in_flight, 1, 100000000);
+    r.Integer("max_watch_streams", &c.limits.max_watch_streams, 0, 1000000);
+    r.Integer("max_list_page", &c.limits.max_list_page, 1, 100000);
+    r.RejectUnknown();
+  }
+  {
+    MapReader r(top.Child("retention"), top.Key("retention"), &error);
+    r.Integer("full_record_ms", &c.retention.full_record_ms, 0, 365 * kDay);
+    r.Integer("compact_entry_ms", &c.retention.compact_entry_ms, 0,
+              3650 * kDay);
+    r.Integer("max_bytes", &c.retention.max_bytes, 0, INT64_MAX);
+    r.Integer("run_every_ms", &c.retention.run_every_ms, 100, kDay);
+    r.RejectUnknown();
+  }
+  {
+    MapReader r(top.Child("log"), top.Key("log"), &error);
+    r.OneOf("level", &c.log.level, {"trace", "debug", "info", "warn", "error"});
+    r.OneOf("format", &c.log.format, {"text", "json"});
+    r.RejectUnknown();
+  }
+  top.RejectUnknown();
+  if (!error.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(source), ": ", std::string(error.message())));
+  }
+  if (absl::Status s = ValidateConfig(c); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(source), ": ", std::string(s.message())));
+  }
+  return c;
+}
+
+absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("config file ", path, ": cannot be read"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseConfig(text.str(), path);
+}
+
+absl::Status ValidateConfig(const Config& c) {
+  if (absl::Status s = ValidateAddress("listen", c.listen, false); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ValidateAddress("admin_listen", c.admin_listen, true);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          ValidateAddress("metrics_listen", c.metrics_listen, true);
+      !s.ok()) {
+    return s;
+  }
+  if (c.data_dir.empty()) {
+    return absl::InvalidArgumentError("data_dir: required");
+  }
+  for (const auto& [name, p] : c.participants) {
+    const std::string key = absl::StrCat("participants.", name);
+    if (absl::Status s = ValidateAddress(key + ".address", p.address, false);
+        !s.ok()) {
+      return s;
+    }
+    const std::pair<const char*, const TimeoutBounds*> bounds[] = {
+        {"try", &p.try_timeout},
+        {"confirm", &p.confirm_timeout},
+        {"cancel", &p.cancel_timeout},
+        {"query", &p.query_timeout}};
+    for (const auto& [phase, b] : bounds) {
+      if (absl::Status s =
+              ValidateBounds(absl::StrCat(key, ".timeouts.", phase), *b);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  if (c.retry.base_ms > c.retry.cap_ms) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "retry.cap_ms: must be >= base_ms (", c.retry.base_ms, ")"));
+  }
+  if (c.transactions.try_timeout_ms > c.transactions.max_try_timeout_ms) {
+    return absl::InvalidArgumentError(
+        "transactions.try_timeout_ms: must be <= max_try_timeout_ms");
+  }
+  if (c.transactions.approval_timeout_ms >
+      c.transactions.max_approval_timeout_ms) {
+    return absl::InvalidArgumentError(
+        "transactions.approval_timeout_ms: must be <= "
+        "max_approval_timeout_ms");
+  }
+  if (c.limits.max_payload_bytes > c.limits.max_request_bytes) {
+    return absl::InvalidArgumentError(
+        "limits.max_payload_bytes: must be <= max_request_bytes");
+  }
+  if (c.log.format != "text" && c.log.format != "json") {
+    return absl::InvalidArgumentError("log.format: must be text or json");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddParticipantFlag(Config& config, std::string_view flag) {
+  const size_t eq = flag.find('=');
+  if (eq == std::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--participant '", std::string(flag), "': expected NAME=HOST:PORT"));
+  }
+  const std::string name(flag.substr(0, eq));
+  const std::string address(flag.substr(eq + 1));
+  if (absl::Status s = identity::ValidateParticipantName(name); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--participant: ", std::string(s.message())));
+  }
+  ParticipantConfig& p = config.participants[name];
+  if (p.name.empty()) {
+    p.name = name;
+  }
+  p.address = address;
+  return ValidateAddress(absl::StrCat("--participant ", name), address, false);
+}
+
+}  // namespace tcc::server

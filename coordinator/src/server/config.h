@@ -1,0 +1,118 @@
+// tccd's configuration: what `config/tccd.yaml` holds and the flags that
+// override it. Every key is documented in config/tccd.yaml itself; this header
+// is the typed form.
+//
+// Loading is strict: an unknown key, a value of the wrong type or out of its
+// range stops the start with INVALID_ARGUMENT naming the key (e.g.
+// "participants.bank-a.timeouts.try.max_ms: must be >= min_ms (50)").
+//
+// Pure data and pure functions; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tcc::server {
+
+// Bounds for the adaptive per-call timeout of one phase (DESIGN.md section 8:
+// about 2x the participant's observed p99, clamped to these).
+struct TimeoutBounds {
+  int64_t min_ms = 20;
+  int64_t max_ms = 5000;
+  int64_t initial_ms = 1000;  // before any latency was observed
+};
+
+struct ParticipantConfig {
+  std::string name;
+  std::string address;  // host:port
+  TimeoutBounds try_timeout;
+  TimeoutBounds confirm_timeout;
+  TimeoutBounds cancel_timeout;
+  TimeoutBounds query_timeout;
+  // TLS to the participant (mutual TLS when cert and key are set). Empty ca
+  // file with tls off: plaintext.
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+};
+
+struct RetryConfig {
+  int64_t base_ms = 20;   // first backoff (full jitter: uniform [0, b])
+  int64_t cap_ms = 5000;  // backoff never above this
+  int64_t stuck_after_ms = 10 * 60 * 1000;  // phase-2 budget before STUCK
+  int64_t stuck_retry_ms = 60 * 1000;       // retry period once STUCK
+};
+
+struct CircuitBreakerConfig {
+  uint32_t failure_threshold = 5;  // consecutive failures that open it
+  int64_t open_ms = 2000;          // open this long before a probe
+};
+
+struct TransactionDefaults {
+  int64_t try_timeout_ms = 10 * 1000;  // when a Submit gives none
+  int64_t max_try_timeout_ms = 10 * 60 * 1000;
+  int64_t approval_timeout_ms = 5 * 60 * 1000;
+  int64_t max_approval_timeout_ms = 24LL * 3600 * 1000;
+};
+
+struct LimitsConfig {
+  uint32_t max_branches = 64;
+  uint64_t max_payload_bytes = 64 * 1024;    // one branch
+  uint64_t max_request_bytes = 1024 * 1024;  // one gRPC message
+  uint64_t max_in_flight = 100000;           // unfinished transactions
+  uint32_t max_watch_streams = 1000;
+  uint32_t max_list_page = 1000;
+};
+
+struct RetentionConfig {
+  int64_t full_record_ms = 24LL * 3600 * 1000;
+  int64_t compact_entry_ms = 7LL * 24 * 3600 * 1000;
+  uint64_t max_bytes = 0;  // 0: no budget
+  int64_t run_every_ms = 60 * 1000;
+};
+
+struct LogConfig {
+  std::string level = "info";   // trace, debug, info, warn, error
+  std::string format = "text";  // text or json
+};
+
+struct Config {
+  std::string listen = "127.0.0.1:7070";  // tcc.v1.Coordinator
+  std::string admin_listen;               // tcc.v1.Admin; empty: on `listen`
+  std::string metrics_listen = "127.0.0.1:9464";  // /metrics; empty: off
+  std::string data_dir = "./data";
+  bool allow_direct_targets = false;  // branches naming "host:port" directly
+  bool sync_writes = true;            // fsync the WAL (never off in prod)
+  uint32_t shards = 0;                // 0: one per core
+  std::map<std::string, ParticipantConfig> participants;
+  RetryConfig retry;
+  CircuitBreakerConfig circuit_breaker;
+  TransactionDefaults transactions;
+  LimitsConfig limits;
+  RetentionConfig retention;
+  LogConfig log;
+};
+
+// Parses YAML text (`source` names it in errors). Missing keys keep their
+// defaults; unknown keys and bad values are INVALID_ARGUMENT naming the key.
+[[nodiscard]] absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
+                                                 std::string_view source);
+
+// Reads and parses a file; NOT_FOUND if it does not exist.
+[[nodiscard]] absl::StatusOr<Config> LoadConfigFile(const std::string& path);
+
+// Checks cross-field rules (addresses look like host:port, bounds ordered...).
+[[nodiscard]] absl::Status ValidateConfig(const Config& config);
+
+// Applies a `--participant NAME=HOST:PORT` flag value.
+[[nodiscard]] absl::Status AddParticipantFlag(Config& config,
+                                              std::string_view flag);
+
+}  // namespace tcc::server

@@ -1,0 +1,186 @@
+#include "server/metrics.h"
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+namespace tcc::server {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+using prometheus::Histogram;
+
+Histogram::BucketBoundaries LatencyBuckets() {
+  return {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+          0.1,    0.2,   0.5,   1,     2,    5,    10};
+}
+
+Histogram::BucketBoundaries DurationBuckets() {
+  return {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
+          0.5,   1,     2,     5,    10,   30,   60,  300};
+}
+
+}  // namespace
+
+CoordinatorMetrics::CoordinatorMetrics(
+    std::shared_ptr<prometheus::Registry> registry)
+    : registry_(std::move(registry)),
+      txns_(BuildCounter()
+                .Name("tccd_transactions_total")
+                .Help("Transactions by event: accepted, confirmed, cancelled")
+                .Register(*registry_)),
+      txn_duration_(BuildHistogram()
+                        .Name("tccd_transaction_duration_seconds")
+                        .Help("From registration to final state")
+                        .Register(*registry_)),
+      branch_calls_(BuildCounter()
+                        .Name("tccd_branch_calls_total")
+                        .Help("Participant calls by phase, outcome, replayed")
+                        .Register(*registry_)),
+      branch_latency_(BuildHistogram()
+                          .Name("tccd_branch_call_seconds")
+                          .Help("Participant call latency by phase")
+                          .Register(*registry_)),
+      retries_(BuildCounter()
+                   .Name("tccd_retries_total")
+                   .Help("Participant calls re-sent, by phase")
+                   .Register(*registry_)),
+      unknown_(BuildCounter()
+                   .Name("tccd_unknown_outcomes_total")
+                   .Help("Calls whose outcome became unknown, by phase")
+                   .Register(*registry_)),
+      unknown_resolved_(BuildCounter()
+                            .Name("tccd_unknown_resolved_total")
+                            .Help("Unknown outcomes resolved, by how")
+                            .Register(*registry_)),
+      unknown_age_(BuildHistogram()
+                       .Name("tccd_unknown_outcome_age_seconds")
+                       .Help("How long an outcome stayed unknown")
+                       .Register(*registry_)),
+      lookups_(BuildCounter()
+                   .Name("tccd_lookups_total")
+                   .Help("Reverse lookups (Query) by answer")
+                   .Register(*registry_)),
+      stuck_(BuildGauge()
+                 .Name("tccd_stuck_branches")
+                 .Help("Branches flagged STUCK")
+                 .Register(*registry_)),
+      in_flight_(BuildGauge()
+                     .Name("tccd_in_flight_transactions")
+                     .Help("Unfinished transactions by state")
+                     .Register(*registry_)),
+      wal_sync_(BuildHistogram()
+                    .Name("tccd_wal_sync_seconds")
+                    .Help("WAL group commit sync latency")
+                    .Register(*registry_)),
+      wal_group_(BuildHistogram()
+                     .Name("tccd_wal_group_size")
+                     .Help("Appends served by one WAL sync")
+                     .Register(*registry_)),
+      recovery_(BuildGauge()
+                    .Name("tccd_recovery_transactions")
+                    .Help("Recovery progress: total found, done")
+                    .Register(*registry_)),
+      breaker_(BuildGauge()
+                   .Name("tccd_circuit_breaker_state")
+                   .Help("0 closed, 1 half-open, 2 open")
+                   .Register(*registry_)),
+      alerts_(BuildCounter()
+                  .Name("tccd_alerts_total")
+                  .Help("Alerts by kind (protocol violations, conflicts)")
+                  .Register(*registry_)) {}
+
+void CoordinatorMetrics::TransactionAccepted() {
+  txns_.Add({{"event", "accepted"}}).Increment();
+}
+
+void CoordinatorMetrics::TransactionFinished(const std::string& final_state,
+                                             double duration_seconds) {
+  txns_.Add({{"event", final_state}}).Increment();
+  txn_duration_.Add({{"state", final_state}}, DurationBuckets())
+      .Observe(duration_seconds);
+}
+
+void CoordinatorMetrics::BranchCall(const std::string& phase,
+                                    const std::string& outcome, bool replayed,
+                                    double latency_seconds) {
+  branch_calls_
+      .Add({{"phase", phase},
+            {"outcome", outcome},
+            {"replayed", replayed ? "true" : "false"}})
+      .Increment();
+  branch_latency_.Add({{"phase", phase}}, LatencyBuckets())
+      .Observe(latency_seconds);
+}
+
+void CoordinatorMetrics::Retry(const std::string& phase) {
+  retries_.Add({{"phase", phase}}).Increment();
+}
+
+void CoordinatorMetrics::UnknownOutcome(const std::string& phase) {
+  unknown_.Add({{"phase", phase}}).Increment();
+}
+
+void CoordinatorMetrics::UnknownResolved(const std::string& how,
+                                         double age_seconds) {
+  unknown_resolved_.Add({{"how", how}}).Increment();
+  unknown_age_.Add({}, DurationBuckets()).Observe(age_seconds);
+}
+
+void CoordinatorMetrics::Lookup(const std::string& answer) {
+  lookups_.Add({{"answer", answer}}).Increment();
+}
+
+void CoordinatorMetrics::SetStuckBranches(int64_t n) {
+  stuck_.Add({}).Set(static_cast<double>(n));
+}
+
+void CoordinatorMetrics::SetInFlight(const std::string& state, int64_t n) {
+  in_flight_.Add({{"state", state}}).Set(static_cast<double>(n));
+}
+
+void CoordinatorMetrics::WalSync(double latency_seconds, int64_t group_size) {
+  wal_sync_.Add({}, LatencyBuckets()).Observe(latency_seconds);
+  wal_group_
+      .Add({}, Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256,
+                                           512, 1024})
+      .Observe(static_cast<double>(group_size));
+}
+
+void CoordinatorMetrics::SetRecovery(int64_t done, int64_t total) {
+  recovery_.Add({{"progress", "total"}}).Set(static_cast<double>(total));
+  recovery_.Add({{"progress", "done"}}).Set(static_cast<double>(done));
+}
+
+void CoordinatorMetrics::SetBreakerState(const std::string& participant,
+                                         int state) {
+  breaker_.Add({{"participant", participant}}).Set(state);
+}
+
+void CoordinatorMetrics::Alert(const std::string& kind) {
+  alerts_.Add({{"kind", kind}}).Increment();
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
+    const std::string& address,
+    std::shared_ptr<prometheus::Registry> registry) {
+  std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint());
+  try {
+    endpoint->exposer_ = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics endpoint on ", address, ": ", e.what()));
+  }
+  endpoint->exposer_->RegisterCollectable(registry);
+  auto ports = endpoint->exposer_->GetListeningPorts();
+  if (ports.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics endpoint on ", address, ": not listening"));
+  }
+  endpoint->port_ = ports.front();
+  return endpoint;
+}
+
+}  // namespace tcc::server

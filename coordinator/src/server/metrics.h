@@ -1,0 +1,91 @@
+// tccd's Prometheus metrics (DESIGN.md section 12) and the /metrics endpoint.
+//
+// Labels name phases, outcomes, states and participants, never a gid or a
+// branch id, so the number of series stays bounded by the configuration.
+//
+// Thread-safe: every method may be called from any thread.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace tcc::server {
+
+class CoordinatorMetrics {
+ public:
+  explicit CoordinatorMetrics(std::shared_ptr<prometheus::Registry> registry =
+                                  std::make_shared<prometheus::Registry>());
+
+  const std::shared_ptr<prometheus::Registry>& registry() const {
+    return registry_;
+  }
+
+  // A transaction reached its final state ("confirmed" / "cancelled").
+  void TransactionFinished(const std::string& final_state,
+                           double duration_seconds);
+  // A transaction was accepted (registered durably).
+  void TransactionAccepted();
+  // One participant call came back: phase try|confirm|cancel, outcome
+  // executed|empty_rollback|rejected|hanging_refused|conflict|unknown|error.
+  void BranchCall(const std::string& phase, const std::string& outcome,
+                  bool replayed, double latency_seconds);
+  void Retry(const std::string& phase);
+  // An outcome became unknown / an unknown one was resolved after `age`.
+  void UnknownOutcome(const std::string& phase);
+  void UnknownResolved(const std::string& how, double age_seconds);
+  // A reverse lookup's answer (barrier state, or "error").
+  void Lookup(const std::string& answer);
+  void SetStuckBranches(int64_t n);
+  void SetInFlight(const std::string& state, int64_t n);
+  void WalSync(double latency_seconds, int64_t group_size);
+  void SetRecovery(int64_t done, int64_t total);
+  // 0 closed, 1 half-open, 2 open.
+  void SetBreakerState(const std::string& participant, int state);
+  void Alert(const std::string& kind);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& txns_;
+  prometheus::Family<prometheus::Histogram>& txn_duration_;
+  prometheus::Family<prometheus::Counter>& branch_calls_;
+  prometheus::Family<prometheus::Histogram>& branch_latency_;
+  prometheus::Family<prometheus::Counter>& retries_;
+  prometheus::Family<prometheus::Counter>& unknown_;
+  prometheus::Family<prometheus::Counter>& unknown_resolved_;
+  prometheus::Family<prometheus::Histogram>& unknown_age_;
+  prometheus::Family<prometheus::Counter>& lookups_;
+  prometheus::Family<prometheus::Gauge>& stuck_;
+  prometheus::Family<prometheus::Gauge>& in_flight_;
+  prometheus::Family<prometheus::Histogram>& wal_sync_;
+  prometheus::Family<prometheus::Histogram>& wal_group_;
+  prometheus::Family<prometheus::Gauge>& recovery_;
+  prometheus::Family<prometheus::Gauge>& breaker_;
+  prometheus::Family<prometheus::Counter>& alerts_;
+};
+
+// Serves a registry at http://ADDRESS/metrics until destroyed.
+class MetricsEndpoint {
+ public:
+  // `address` is host:port; port 0 picks a free one (see port()).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(
+      const std::string& address,
+      std::shared_ptr<prometheus::Registry> registry);
+  int port() const { return port_; }
+
+ private:
+  MetricsEndpoint() = default;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_ = 0;
+};
+
+}  // namespace tcc::server

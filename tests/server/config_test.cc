@@ -1,0 +1,120 @@
+#include "server/config.h"
+
+#include <catch2/catch.hpp>
+#include <string>
+
+using tcc::server::Config;
+using tcc::server::LoadConfigFile;
+using tcc::server::ParseConfig;
+
+namespace {
+
+std::string ErrorOf(const std::string& yaml) {
+  auto c = ParseConfig(yaml, "test.yaml");
+  REQUIRE(!c.ok());
+  CHECK(c.status().code() == absl::StatusCode::kInvalidArgument);
+  return std::string(c.status().message());
+}
+
+}  // namespace
+
+TEST_CASE("the shipped config/tccd.yaml loads and matches the defaults") {
+  auto c = LoadConfigFile(TCC_DEFAULT_CONFIG);
+  REQUIRE(c.ok());
+  Config d;
+  CHECK(c->listen == d.listen);
+  CHECK(c->metrics_listen == d.metrics_listen);
+  CHECK(c->sync_writes);
+  CHECK(!c->allow_direct_targets);
+  CHECK(c->limits.max_branches == 64);
+  CHECK(c->limits.max_payload_bytes == 65536);
+  CHECK(c->limits.max_request_bytes == 1048576);
+  CHECK(c->retention.full_record_ms == 24LL * 3600 * 1000);
+  CHECK(c->retention.compact_entry_ms == 7LL * 24 * 3600 * 1000);
+  REQUIRE(c->participants.size() == 2);
+  CHECK(c->participants.at("bank-a").address == "127.0.0.1:7101");
+  CHECK(c->participants.at("bank-b").try_timeout.max_ms == 5000);
+}
+
+TEST_CASE("an empty file gives the defaults") {
+  auto c = ParseConfig("", "empty.yaml");
+  REQUIRE(c.ok());
+  CHECK(c->listen == "127.0.0.1:7070");
+  CHECK(c->participants.empty());
+}
+
+TEST_CASE("participants: shorthand and full form") {
+  auto c = ParseConfig(R"(
+participant_defaults:
+  timeouts:
+    all: {min_ms: 5, max_ms: 900, initial_ms: 100}
+participants:
+  a: 127.0.0.1:1
+  b:
+    address: 127.0.0.1:2
+    timeouts:
+      try: {min_ms: 10, max_ms: 20, initial_ms: 15}
+)",
+                       "t");
+  REQUIRE(c.ok());
+  CHECK(c->participants.at("a").confirm_timeout.max_ms == 900);
+  CHECK(c->participants.at("b").try_timeout.max_ms == 20);
+  CHECK(c->participants.at("b").cancel_timeout.min_ms == 5);
+}
+
+TEST_CASE("unknown keys are refused, naming the key") {
+  CHECK(ErrorOf("listn: 127.0.0.1:1\n") == "test.yaml: listn: unknown key");
+  CHECK(ErrorOf("retry: {base_ms: 1, jitter: 2}\n") ==
+        "test.yaml: retry.jitter: unknown key");
+  CHECK(ErrorOf("participants:\n  a:\n    address: 127.0.0.1:1\n    x: 1\n")
+            .find("participants.a.x: unknown key") != std::string::npos);
+  CHECK(ErrorOf("participants:\n  a:\n    address: h:1\n    timeouts:\n"
+                "      tryy: {min_ms: 1}\n")
+            .find("participants.a.timeouts.tryy: unknown key") !=
+        std::string::npos);
+}
+
+TEST_CASE("bad values are refused, naming the key") {
+  CHECK(ErrorOf("limits: {max_branches: 0}\n")
+            .find("limits.max_branches: must be between 1") !=
+        std::string::npos);
+  CHECK(ErrorOf("limits: {max_branches: many}\n")
+            .find("limits.max_branches: must be an integer") !=
+        std::string::npos);
+  CHECK(ErrorOf("sync_writes: yes please\n")
+            .find("sync_writes: must be true or false") != std::string::npos);
+  CHECK(ErrorOf("log: {level: loud}\n").find("log.level: must be one of") !=
+        std::string::npos);
+  CHECK(ErrorOf("listen: nowhere\n").find("listen: 'nowhere' is not") !=
+        std::string::npos);
+  CHECK(ErrorOf("participants:\n  a: {timeouts: {}}\n")
+            .find("participants.a.address: required") != std::string::npos);
+  CHECK(
+      ErrorOf("participants:\n  a b: 127.0.0.1:1\n").find("participants.a b") !=
+      std::string::npos);
+  CHECK(ErrorOf("participants:\n  a:\n    address: h:1\n    timeouts:\n"
+                "      try: {min_ms: 50, max_ms: 10}\n")
+            .find("participants.a.timeouts.try.max_ms: must be >= min_ms") !=
+        std::string::npos);
+  CHECK(ErrorOf("retry: {base_ms: 100, cap_ms: 10}\n").find("retry.cap_ms") !=
+        std::string::npos);
+  CHECK(ErrorOf("listen: [1, 2]\n").find("listen: must be a string") !=
+        std::string::npos);
+  CHECK(ErrorOf("retry: 5\n").find("retry: must be a mapping") !=
+        std::string::npos);
+  CHECK(ErrorOf("a: [").find("not valid YAML") != std::string::npos);
+}
+
+TEST_CASE("--participant flag") {
+  Config c;
+  CHECK(tcc::server::AddParticipantFlag(c, "bank-c=127.0.0.1:7103").ok());
+  CHECK(c.participants.at("bank-c").address == "127.0.0.1:7103");
+  CHECK(!tcc::server::AddParticipantFlag(c, "bank-c").ok());
+  CHECK(!tcc::server::AddParticipantFlag(c, "b c=127.0.0.1:1").ok());
+  CHECK(!tcc::server::AddParticipantFlag(c, "d=127.0.0.1").ok());
+}
+
+TEST_CASE("a missing file is NOT_FOUND") {
+  CHECK(LoadConfigFile("/nonexistent/tccd.yaml").status().code() ==
+        absl::StatusCode::kNotFound);
+}

@@ -1,0 +1,83 @@
+// The /metrics endpoint over real HTTP on 127.0.0.1.
+#include "server/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+
+namespace {
+
+std::string HttpGet(int port, const std::string& path) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  const std::string req = "GET " + path +
+                          " HTTP/1.0\r\nHost: 127.0.0.1\r\n"
+                          "Connection: close\r\n\r\n";
+  REQUIRE(write(fd, req.data(), req.size()) ==
+          static_cast<ssize_t>(req.size()));
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  close(fd);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("metrics are served at /metrics with bounded labels") {
+  tcc::server::CoordinatorMetrics metrics;
+  auto endpoint =
+      tcc::server::MetricsEndpoint::Start("127.0.0.1:0", metrics.registry());
+  REQUIRE(endpoint.ok());
+  REQUIRE((*endpoint)->port() > 0);
+
+  metrics.TransactionAccepted();
+  metrics.TransactionFinished("confirmed", 0.004);
+  metrics.BranchCall("try", "executed", false, 0.001);
+  metrics.BranchCall("try", "executed", true, 0.001);
+  metrics.Retry("confirm");
+  metrics.UnknownOutcome("try");
+  metrics.UnknownResolved("query_tried", 0.5);
+  metrics.Lookup("tried");
+  metrics.SetStuckBranches(2);
+  metrics.WalSync(0.002, 17);
+  metrics.SetRecovery(3, 10);
+  metrics.SetBreakerState("bank-a", 2);
+  metrics.Alert("protocol_violation");
+
+  const std::string body = HttpGet((*endpoint)->port(), "/metrics");
+  CHECK(body.find("200 OK") != std::string::npos);
+  CHECK(body.find("tccd_transactions_total{event=\"accepted\"} 1") !=
+        std::string::npos);
+  CHECK(body.find("tccd_transactions_total{event=\"confirmed\"} 1") !=
+        std::string::npos);
+  CHECK(body.find("tccd_branch_calls_total{outcome=\"executed\",phase=\"try\","
+                  "replayed=\"true\"} 1") != std::string::npos);
+  CHECK(body.find("tccd_stuck_branches 2") != std::string::npos);
+  CHECK(body.find("tccd_circuit_breaker_state{participant=\"bank-a\"} 2") !=
+        std::string::npos);
+  CHECK(body.find("tccd_recovery_transactions{progress=\"done\"} 3") !=
+        std::string::npos);
+  CHECK(body.find("tccd_wal_group_size_count 1") != std::string::npos);
+  CHECK(body.find("gid") == std::string::npos);
+}
+
+TEST_CASE("a taken address is an error, not a crash") {
+  tcc::server::CoordinatorMetrics metrics;
+  auto first =
+      tcc::server::MetricsEndpoint::Start("127.0.0.1:0", metrics.registry());
+  REQUIRE(first.ok());
+  auto second = tcc::server::MetricsEndpoint::Start(
+      "127.0.0.1:" + std::to_string((*first)->port()), metrics.registry());
+  CHECK(second.status().code() == absl::StatusCode::kUnavailable);
+}

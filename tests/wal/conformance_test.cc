@@ -1,0 +1,621 @@
+// The conformance suite: the promises of log.h, checked the same way against
+// every Log implementation (log_factories.cc lists them).
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <thread>
+
+#include "log_factories.h"
+#include "log_test_util.h"
+
+namespace tcc::wal::testing {
+namespace {
+
+const std::vector<LogFactory>& Factories() {
+  static const std::vector<LogFactory> factories = LogFactories();
+  return factories;
+}
+
+// Runs the test case once per implementation, with `h` a fresh log of it.
+#define FOR_EACH_LOG(h, retention)                                 \
+  const LogFactory& factory =                                      \
+      Factories()[GENERATE(range(size_t{0}, Factories().size()))]; \
+  INFO("log implementation: " << factory.name);                    \
+  std::unique_ptr<LogHarness> h = factory.make(retention)
+
+absl::Status Register(Log& log, const std::string& gid, int64_t created_at_ms,
+                      std::vector<std::string> participants = {"p1"}) {
+  return AppendAndWait(
+      log, Req(gid, {MakeRegistered(gid, created_at_ms, participants)}));
+}
+
+// Registers, decides and finishes a transaction at `finished_at_ms`.
+void RegisterFinished(Log& log, const std::string& gid, int64_t created_at_ms,
+                      int64_t finished_at_ms) {
+  REQUIRE(Register(log, gid, created_at_ms).ok());
+  REQUIRE(AppendAndWait(log, Req(gid, {MakeDecided(Decision::kCancel),
+                                       MakeFinished(TxnState::kCancelled,
+                                                    finished_at_ms)}))
+              .ok());
+}
+
+size_t RecordCount(Log& log, const std::string& gid) {
+  absl::StatusOr<TxnLog> txn = log.Read(gid);
+  REQUIRE(txn.ok());
+  return txn->records.size();
+}
+
+Approval MakeApproval(const std::string& id, ApprovalAction action,
+                      const std::string& gid, int64_t expires_at_ms = 5000) {
+  Approval a;
+  a.approval_id = id;
+  a.action = action;
+  a.gid = gid;
+  a.revision = 7;  // as MakeRegistered
+  a.content_hash = HashOf("content:" + gid);
+  a.expires_at_ms = expires_at_ms;
+  a.issued_by = "admin@example";
+  a.issued_at_ms = 900;
+  a.reason = "operator fixed it";
+  return a;
+}
+
+TEST_CASE("records read back whole and in append order") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  Registered reg = MakeRegistered("g1", 100, {"stock", "pay", "stock"});
+  std::vector<Record> all = {reg};
+  REQUIRE(AppendAndWait(log, Req("g1", {reg})).ok());
+  std::vector<Record> more = {MakePhase("b0", PhaseState::kUnknown),
+                              MakePhase("b0", PhaseState::kSucceeded)};
+  REQUIRE(AppendAndWait(log, Req("g1", more, Durability::kBuffered)).ok());
+  all.insert(all.end(), more.begin(), more.end());
+  absl::StatusOr<TxnLog> txn = log.Read("g1");
+  REQUIRE(txn.ok());
+  CHECK(Encoded(txn->records) == Encoded(all));
+  CHECK(txn->summary.gid == "g1");
+  CHECK(txn->summary.state == TxnState::kTrying);
+  CHECK(txn->summary.created_at_ms == 100);
+  CHECK(txn->summary.revision == 7);
+  CHECK(txn->summary.content_hash == HashOf("content:g1"));
+  CHECK(txn->summary.participants == std::vector<std::string>{"pay", "stock"});
+  CHECK_FALSE(txn->summary.compacted);
+  CHECK(absl::IsNotFound(log.Read("nope").status()));
+}
+
+TEST_CASE("an interactive transaction opens, adds branches, commits") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  Registered reg = MakeRegistered("g1", 100, {});
+  reg.interactive = true;
+  reg.content_hash = Hash{};
+  REQUIRE(AppendAndWait(log, Req("g1", {reg})).ok());
+  CHECK(log.Read("g1")->summary.state == TxnState::kOpen);
+  BranchAdded added;
+  added.branch = MakeRegistered("x", 1, {"ledger"}).branches[0];
+  REQUIRE(AppendAndWait(log, Req("g1", {added})).ok());
+  StateChanged commit;
+  commit.state = TxnState::kTrying;
+  commit.content_hash = HashOf("committed");
+  commit.at_ms = 150;
+  REQUIRE(AppendAndWait(log, Req("g1", {commit})).ok());
+  TxnSummary s = log.Read("g1")->summary;
+  CHECK(s.state == TxnState::kTrying);
+  CHECK(s.content_hash == HashOf("committed"));
+  CHECK(s.participants == std::vector<std::string>{"ledger"});
+}
+
+TEST_CASE("registering a gid twice is ALREADY_EXISTS and writes nothing") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  REQUIRE(Register(log, "g1", 100).ok());
+  absl::Status again = Register(log, "g1", 200);
+  CHECK(absl::IsAlreadyExists(again));
+  CHECK(RecordCount(log, "g1") == 1);
+  CHECK(log.Read("g1")->summary.created_at_ms == 100);
+}
+
+TEST_CASE("records for an unknown gid are NOT_FOUND") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  CHECK(absl::IsNotFound(AppendAndWait(
+      log, Req("ghost", {MakePhase("b0", PhaseState::kUnknown)}))));
+  CHECK(absl::IsNotFound(
+      AppendAndWait(log, Req("ghost", {MakeDecided(Decision::kCancel)}))));
+  CHECK(absl::IsNotFound(log.Read("ghost").status()));
+}
+
+TEST_CASE("malformed appends are INVALID_ARGUMENT and write nothing") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  CHECK(absl::IsInvalidArgument(AppendAndWait(log, Req("g1", {}))));
+  CHECK(absl::IsInvalidArgument(
+      AppendAndWait(log, Req("g1", {MakeRegistered("other", 1)}))));
+  CHECK(absl::IsInvalidArgument(
+      AppendAndWait(log, Req("bad/gid", {MakeRegistered("bad/gid", 1)}))));
+  REQUIRE(Register(log, "g1", 100).ok());
+  CHECK(absl::IsInvalidArgument(
+      AppendAndWait(log, Req("g1", {MakePhase("b0", PhaseState::kUnknown),
+                                    MakeRegistered("g1", 1)}))));
+  CHECK(absl::IsInvalidArgument(
+      AppendAndWait(log, Req("g1", {MakeDecided(Decision::kNone)}))));
+  CHECK(absl::IsInvalidArgument(
+      AppendAndWait(log, Req("g1", {MakeFinished(TxnState::kTrying, 5)}))));
+  CHECK(RecordCount(log, "g1") == 1);
+}
+
+TEST_CASE("a decision is written once; the same one again is accepted") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  REQUIRE(Register(log, "g1", 100).ok());
+  REQUIRE(
+      AppendAndWait(log, Req("g1", {MakeDecided(Decision::kConfirm)})).ok());
+  CHECK(log.Read("g1")->summary.state == TxnState::kConfirming);
+  CHECK(log.Read("g1")->summary.decision == Decision::kConfirm);
+
+  // A different decision, even bundled with other records, writes nothing.
+  absl::Status other =
+      AppendAndWait(log, Req("g1", {MakePhase("b0", PhaseState::kSucceeded),
+                                    MakeDecided(Decision::kCancel)}));
+  CHECK(absl::IsFailedPrecondition(other));
+  CHECK(RecordCount(log, "g1") == 2);
+  CHECK(absl::IsFailedPrecondition(
+      AppendAndWait(log, Req("g1", {MakeFinished(TxnState::kCancelled, 9)}))));
+
+  CHECK(AppendAndWait(log, Req("g1", {MakeDecided(Decision::kConfirm)})).ok());
+  CHECK(log.Read("g1")->summary.decision == Decision::kConfirm);
+
+  // After a reopen the decision still stands.
+  h->Reopen();
+  CHECK(absl::IsFailedPrecondition(
+      AppendAndWait(h->log(), Req("g1", {MakeDecided(Decision::kCancel)}))));
+  CHECK(h->log().Read("g1")->summary.decision == Decision::kConfirm);
+}
+
+TEST_CASE("two concurrent different decisions: exactly one stands") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  for (int round = 0; round < 20; ++round) {
+    const std::string gid = "race" + std::to_string(round);
+    REQUIRE(Register(log, gid, 100).ok());
+    absl::Status a, b;
+    std::thread ta([&] {
+      a = AppendAndWait(log, Req(gid, {MakeDecided(Decision::kConfirm)}));
+    });
+    std::thread tb([&] {
+      b = AppendAndWait(log, Req(gid, {MakeDecided(Decision::kCancel)}));
+    });
+    ta.join();
+    tb.join();
+    REQUIRE(a.ok() != b.ok());
+    CHECK((absl::IsFailedPrecondition(a) || absl::IsFailedPrecondition(b)));
+    CHECK(log.Read(gid)->summary.decision ==
+          (a.ok() ? Decision::kConfirm : Decision::kCancel));
+  }
+}
+
+TEST_CASE("a decided transaction can't go back or add branches") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  REQUIRE(Register(log, "g1", 100).ok());
+  REQUIRE(AppendAndWait(log, Req("g1", {MakeDecided(Decision::kCancel)})).ok());
+  StateChanged back;
+  back.state = TxnState::kTrying;
+  CHECK(absl::IsFailedPrecondition(AppendAndWait(log, Req("g1", {back}))));
+  BranchAdded added;
+  added.branch = MakeRegistered("x", 1).branches[0];
+  CHECK(absl::IsFailedPrecondition(AppendAndWait(log, Req("g1", {added}))));
+  StateChanged to_decision;
+  to_decision.state = TxnState::kConfirming;
+  CHECK(absl::IsInvalidArgument(AppendAndWait(log, Req("g1", {to_decision}))));
+}
+
+TEST_CASE("summaries follow the records") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  REQUIRE(Register(log, "g1", 100, {"b", "a"}).ok());
+  StateChanged gate;
+  gate.state = TxnState::kAwaitingApproval;
+  REQUIRE(AppendAndWait(log, Req("g1", {gate})).ok());
+  CHECK(log.Read("g1")->summary.state == TxnState::kAwaitingApproval);
+  REQUIRE(
+      AppendAndWait(log, Req("g1", {MakeDecided(Decision::kConfirm)})).ok());
+  CHECK(log.Read("g1")->summary.finished_at_ms == 0);
+  REQUIRE(
+      AppendAndWait(log, Req("g1", {MakeFinished(TxnState::kConfirmed, 4321)},
+                             Durability::kBuffered))
+          .ok());
+  TxnSummary s = log.Read("g1")->summary;
+  CHECK(s.state == TxnState::kConfirmed);
+  CHECK(s.decision == Decision::kConfirm);
+  CHECK(s.finished_at_ms == 4321);
+  CHECK(s.participants == std::vector<std::string>{"a", "b"});
+  CHECK(h->log().Stats().unfinished == 0);
+  h->Reopen();
+  TxnSummary after = h->log().Read("g1")->summary;
+  CHECK(after.state == TxnState::kConfirmed);
+  CHECK(after.finished_at_ms == 4321);
+  CHECK(after.participants == std::vector<std::string>{"a", "b"});
+}
+
+TEST_CASE("List pages through every match, oldest registration first") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  // 25 transactions registered at 1000, 1010, ...; every third finished;
+  // the even ones also call participant "ledger".
+  for (int i = 0; i < 25; ++i) {
+    const std::string gid = "g" + std::to_string(100 - i);  // not in time order
+    std::vector<std::string> parts = {"stock"};
+    if (i % 2 == 0) parts.push_back("ledger");
+    REQUIRE(AppendAndWait(log,
+                          Req(gid, {MakeRegistered(gid, 1000 + 10 * i, parts)}))
+                .ok());
+    if (i % 3 == 0) {
+      REQUIRE(AppendAndWait(
+                  log, Req(gid, {MakeDecided(Decision::kCancel),
+                                 MakeFinished(TxnState::kCancelled, 5000)}))
+                  .ok());
+    }
+  }
+  auto all_pages = [&](ListQuery q) {
+    std::vector<std::string> gids;
+    std::vector<int64_t> times;
+    int pages = 0;
+    while (true) {
+      absl::StatusOr<ListPage> page = log.List(q);
+      REQUIRE(page.ok());
+      REQUIRE(page->items.size() <= q.page_size);
+      ++pages;
+      for (const TxnSummary& s : page->items) {
+        gids.push_back(s.gid);
+        times.push_back(s.registered_at_ms);
+      }
+      if (page->next_page_token.empty()) break;
+      q.page_token = page->next_page_token;
+      REQUIRE(pages < 100);
+    }
+    CHECK(std::is_sorted(times.begin(), times.end()));
+    return std::make_pair(gids, pages);
+  };
+  ListQuery q;
+  q.page_size = 10;
+  auto [everything, pages] = all_pages(q);
+  CHECK(everything.size() == 25);
+  CHECK(pages == 3);
+  CHECK(everything.front() == "g100");
+
+  q.states = {TxnState::kCancelled};
+  CHECK(all_pages(q).first.size() == 9);  // i = 0, 3, ..., 24
+  q.states = {TxnState::kTrying, TxnState::kCancelled};
+  CHECK(all_pages(q).first.size() == 25);
+  q.states = {};
+  q.participant = "ledger";
+  CHECK(all_pages(q).first.size() == 13);
+  q.participant = "";
+  q.registered_before_ms = 1050;  // i = 0..4
+  CHECK(all_pages(q).first ==
+        std::vector<std::string>{"g100", "g99", "g98", "g97", "g96"});
+  // Exactly one full page: no token.
+  q.page_size = 5;
+  absl::StatusOr<ListPage> exact = log.List(q);
+  REQUIRE(exact.ok());
+  CHECK(exact->items.size() == 5);
+  CHECK(exact->next_page_token.empty());
+
+  ListQuery bad;
+  bad.page_size = 0;
+  CHECK(absl::IsInvalidArgument(log.List(bad).status()));
+  bad.page_size = 1001;
+  CHECK(absl::IsInvalidArgument(log.List(bad).status()));
+  bad.page_size = 10;
+  bad.page_token = "garbage";
+  CHECK(absl::IsInvalidArgument(log.List(bad).status()));
+}
+
+TEST_CASE("ScanUnfinished visits every unfinished transaction in order") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  for (int i = 0; i < 10; ++i) {
+    const std::string gid = "g" + std::to_string(i);
+    REQUIRE(Register(log, gid, 2000 - 100 * i).ok());
+    REQUIRE(AppendAndWait(log, Req(gid, {MakePhase("b0", PhaseState::kUnknown)},
+                                   Durability::kBuffered))
+                .ok());
+  }
+  for (int i : {1, 4, 7}) {
+    const std::string gid = "g" + std::to_string(i);
+    REQUIRE(
+        AppendAndWait(log, Req(gid, {MakeDecided(Decision::kConfirm),
+                                     MakeFinished(TxnState::kConfirmed, 3000)}))
+            .ok());
+  }
+  REQUIRE(AppendAndWait(log, Req("g2", {MakeDecided(Decision::kCancel)})).ok());
+  std::vector<std::string> seen;
+  REQUIRE(log.ScanUnfinished([&](TxnLog txn) {
+               seen.push_back(txn.summary.gid);
+               CHECK(txn.records.size() >= 2);
+               return absl::OkStatus();
+             })
+              .ok());
+  CHECK(seen ==
+        std::vector<std::string>{"g9", "g8", "g6", "g5", "g3", "g2", "g0"});
+  CHECK(log.Stats().unfinished == 7);
+
+  int visits = 0;
+  absl::Status stop = log.ScanUnfinished([&](TxnLog) {
+    return ++visits == 3 ? absl::CancelledError("enough") : absl::OkStatus();
+  });
+  CHECK(absl::IsCancelled(stop));
+  CHECK(visits == 3);
+}
+
+TEST_CASE("owner epochs grow, across reopens too") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  absl::StatusOr<uint64_t> e1 = h->log().TakeOwnerEpoch();
+  absl::StatusOr<uint64_t> e2 = h->log().TakeOwnerEpoch();
+  REQUIRE(e1.ok());
+  REQUIRE(e2.ok());
+  CHECK(*e2 > *e1);
+  h->Reopen();
+  absl::StatusOr<uint64_t> e3 = h->log().TakeOwnerEpoch();
+  REQUIRE(e3.ok());
+  CHECK(*e3 > *e2);
+}
+
+TEST_CASE("approvals: stored once, read back") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  Approval a = MakeApproval("ap1", ApprovalAction::kForceCancel, "g1");
+  REQUIRE(PutApprovalAndWait(log, a).ok());
+  CHECK(absl::IsAlreadyExists(PutApprovalAndWait(log, a)));
+  absl::StatusOr<Approval> read = log.ReadApproval("ap1");
+  REQUIRE(read.ok());
+  CHECK(read->gid == "g1");
+  CHECK(read->issued_by == "admin@example");
+  CHECK(read->used_at_ms == 0);
+  CHECK(absl::IsNotFound(log.ReadApproval("nope").status()));
+  Approval used = a;
+  used.approval_id = "ap2";
+  used.used_at_ms = 5;
+  CHECK(absl::IsInvalidArgument(PutApprovalAndWait(log, used)));
+}
+
+TEST_CASE("a matching approval is consumed with the decision it allows") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  REQUIRE(Register(log, "g1", 100).ok());
+  REQUIRE(PutApprovalAndWait(
+              log, MakeApproval("ap1", ApprovalAction::kForceCancel, "g1"))
+              .ok());
+  Decided d = MakeDecided(Decision::kCancel, 1500);
+  d.approval_id = "ap1";
+  REQUIRE(AppendAndWait(log, Req("g1", {d})).ok());
+  CHECK(log.ReadApproval("ap1")->used_at_ms == 1500);
+  CHECK(log.Read("g1")->summary.decision == Decision::kCancel);
+
+  // Used: the same decision again naming it is refused, nothing written.
+  const size_t before = RecordCount(log, "g1");
+  CHECK(absl::IsFailedPrecondition(AppendAndWait(log, Req("g1", {d}))));
+  CHECK(RecordCount(log, "g1") == before);
+
+  // A reopen neither loses the use nor makes it usable again.
+  h->Reopen();
+  CHECK(h->log().ReadApproval("ap1")->used_at_ms == 1500);
+  CHECK(absl::IsFailedPrecondition(AppendAndWait(h->log(), Req("g1", {d}))));
+}
+
+TEST_CASE("the gate approval confirms; resolve-branch approvals resolve") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  REQUIRE(Register(log, "g1", 100).ok());
+  REQUIRE(PutApprovalAndWait(
+              log, MakeApproval("gate", ApprovalAction::kGateApprove, "g1"))
+              .ok());
+  Approval resolve = MakeApproval("fix", ApprovalAction::kResolveBranch, "g1");
+  resolve.branch_id = "b0";
+  REQUIRE(PutApprovalAndWait(log, resolve).ok());
+  BranchResolved r;
+  r.branch_id = "b0";
+  r.approval_id = "fix";
+  r.at_ms = 1200;
+  // Before a decision there is no phase-2 branch to resolve.
+  CHECK(absl::IsFailedPrecondition(AppendAndWait(log, Req("g1", {r}))));
+  Decided d = MakeDecided(Decision::kConfirm, 1100);
+  d.approval_id = "gate";
+  REQUIRE(AppendAndWait(log, Req("g1", {d})).ok());
+  CHECK(log.ReadApproval("gate")->used_at_ms == 1100);
+  BranchResolved wrong_branch = r;
+  wrong_branch.branch_id = "b9";
+  CHECK(absl::IsFailedPrecondition(
+      AppendAndWait(log, Req("g1", {wrong_branch}))));
+  CHECK(AppendAndWait(log, Req("g1", {r})).ok());
+  CHECK(log.ReadApproval("fix")->used_at_ms == 1200);
+}
+
+TEST_CASE("an approval that does not match exactly is refused, unused") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  REQUIRE(Register(log, "g1", 100).ok());
+  REQUIRE(Register(log, "g2", 100).ok());
+  struct Case {
+    const char* what;
+    Approval approval;
+    int64_t at_ms;
+  };
+  auto base = [] {
+    return MakeApproval("ap", ApprovalAction::kForceCancel, "g1", 5000);
+  };
+  std::vector<Case> cases;
+  {
+    Approval a = base();
+    a.gid = "g2";
+    a.content_hash = HashOf("content:g1");
+    cases.push_back({"other gid", a, 1000});
+  }
+  {
+    Approval a = base();
+    a.revision = 8;
+    cases.push_back({"other revision", a, 1000});
+  }
+  {
+    Approval a = base();
+    a.content_hash = HashOf("something else");
+    cases.push_back({"other content hash", a, 1000});
+  }
+  {
+    Approval a = base();
+    a.action = ApprovalAction::kForceConfirm;
+    cases.push_back({"other action", a, 1000});
+  }
+  {
+    Approval a = base();
+    a.action = ApprovalAction::kResolveBranch;
+    a.branch_id = "b0";
+    cases.push_back({"a branch approval", a, 1000});
+  }
+  cases.push_back({"expired", base(), 5000});
+  cases.push_back({"long expired", base(), 9000});
+  int n = 0;
+  for (Case& c : cases) {
+    INFO(c.what);
+    c.approval.approval_id = "ap" + std::to_string(n++);
+    REQUIRE(PutApprovalAndWait(log, c.approval).ok());
+    Decided d = MakeDecided(Decision::kCancel, c.at_ms);
+    d.approval_id = c.approval.approval_id;
+    CHECK(absl::IsFailedPrecondition(AppendAndWait(log, Req("g1", {d}))));
+    CHECK(log.ReadApproval(c.approval.approval_id)->used_at_ms == 0);
+  }
+  Decided missing = MakeDecided(Decision::kCancel, 1000);
+  missing.approval_id = "never-issued";
+  CHECK(absl::IsFailedPrecondition(AppendAndWait(log, Req("g1", {missing}))));
+  CHECK(RecordCount(log, "g1") == 1);
+  CHECK(log.Read("g1")->summary.decision == Decision::kNone);
+}
+
+TEST_CASE("two concurrent uses of one approval: exactly one wins") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  for (int round = 0; round < 20; ++round) {
+    const std::string gid = "g" + std::to_string(round);
+    const std::string id = "ap" + std::to_string(round);
+    REQUIRE(Register(log, gid, 100).ok());
+    REQUIRE(PutApprovalAndWait(
+                log, MakeApproval(id, ApprovalAction::kForceCancel, gid))
+                .ok());
+    Decided d = MakeDecided(Decision::kCancel, 1000);
+    d.approval_id = id;
+    std::atomic<int> wins{0};
+    std::atomic<int> refused{0};
+    auto use = [&] {
+      absl::Status s = AppendAndWait(log, Req(gid, {d}));
+      if (s.ok()) ++wins;
+      if (absl::IsFailedPrecondition(s)) ++refused;
+    };
+    std::thread t1(use), t2(use);
+    t1.join();
+    t2.join();
+    CHECK(wins == 1);
+    CHECK(refused == 1);
+  }
+}
+
+TEST_CASE("retention compacts, then forgets, and raises the horizon") {
+  RetentionPolicy policy;
+  policy.full_record_ms = 1000;
+  policy.compact_entry_ms = 5000;
+  FOR_EACH_LOG(h, policy);
+  Log& log = h->log();
+  CHECK(log.DedupHorizonMs() == 0);
+  RegisterFinished(log, "old", 500, 10000);
+  RegisterFinished(log, "young", 700, 12000);
+  REQUIRE(Register(log, "open", 100).ok());  // never removed
+
+  REQUIRE(log.RunRetention(10999).ok());
+  CHECK_FALSE(log.Read("old")->summary.compacted);
+  REQUIRE(log.RunRetention(11000).ok());
+  absl::StatusOr<TxnLog> old = log.Read("old");
+  REQUIRE(old.ok());
+  CHECK(old->summary.compacted);
+  CHECK(old->records.empty());
+  CHECK(old->summary.decision == Decision::kCancel);
+  CHECK(old->summary.content_hash == HashOf("content:old"));
+  CHECK(old->summary.created_at_ms == 500);
+  CHECK(log.DedupHorizonMs() == 0);
+  // A compacted transaction takes no more records.
+  CHECK(absl::IsFailedPrecondition(AppendAndWait(
+      log, Req("old", {MakePhase("b0", PhaseState::kSucceeded)}))));
+
+  REQUIRE(log.RunRetention(15000).ok());
+  CHECK(absl::IsNotFound(log.Read("old").status()));
+  CHECK(log.DedupHorizonMs() == 501);
+  CHECK(log.Read("young")->summary.compacted);
+  CHECK(log.Read("open").ok());
+
+  // Never back: not with an earlier clock, not after a reopen.
+  REQUIRE(log.RunRetention(100).ok());
+  CHECK(log.DedupHorizonMs() == 501);
+  h->Reopen();
+  CHECK(h->log().DedupHorizonMs() == 501);
+  CHECK(absl::IsNotFound(h->log().Read("old").status()));
+  REQUIRE(h->log().RunRetention(17000).ok());
+  CHECK(h->log().DedupHorizonMs() == 701);
+  CHECK(h->log().Read("open").ok());
+  CHECK(h->log().Stats().dedup_horizon_ms == 701);
+  // A forgotten gid can be registered again (a new incarnation).
+  CHECK(Register(h->log(), "old", 20000).ok());
+}
+
+TEST_CASE("without a size budget, retention keeps what time keeps") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  for (int i = 0; i < 5; ++i) {
+    RegisterFinished(log, "f" + std::to_string(i), 100 + i, 1000 + i);
+  }
+  REQUIRE(log.RunRetention(2000).ok());
+  REQUIRE(log.Read("f0").ok());
+  CHECK_FALSE(log.Read("f0")->summary.compacted);
+  CHECK(log.DedupHorizonMs() == 0);
+}
+
+TEST_CASE("the size budget removes finished transactions, never open ones") {
+  RetentionPolicy tight;
+  tight.max_bytes = 1;  // everything finished must go
+  FOR_EACH_LOG(h, tight);
+  Log& log = h->log();
+  REQUIRE(Register(log, "open0", 1).ok());
+  for (int i = 0; i < 20; ++i) {
+    RegisterFinished(log, "f" + std::to_string(i), 100 + i, 1000 + i);
+  }
+  REQUIRE(log.RunRetention(2000).ok());
+  for (int i = 0; i < 20; ++i) {
+    CHECK(absl::IsNotFound(log.Read("f" + std::to_string(i)).status()));
+  }
+  CHECK(log.Read("open0").ok());
+  CHECK(log.DedupHorizonMs() == 120);
+}
+
+TEST_CASE("appends of many gids from many threads all land") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&log, t] {
+      for (int i = 0; i < 25; ++i) {
+        const std::string gid =
+            "t" + std::to_string(t) + "-" + std::to_string(i);
+        CHECK(AppendAndWait(log, Req(gid, {MakeRegistered(gid, 100)})).ok());
+        CHECK(
+            AppendAndWait(log, Req(gid, {MakePhase("b0", PhaseState::kUnknown)},
+                                   Durability::kBuffered))
+                .ok());
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  ListQuery q;
+  q.page_size = 1000;
+  CHECK(log.List(q)->items.size() == 200);
+  CHECK(RecordCount(log, "t3-7") == 2);
+}
+
+}  // namespace
+}  // namespace tcc::wal::testing

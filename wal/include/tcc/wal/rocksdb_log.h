@@ -1,0 +1,109 @@
+// The daemon's Log: RocksDB on local disk, with group commit, a recovery
+// scan index, retention and fail-stop (DESIGN.md sections 7 and 9). It keeps
+// every promise of log.h; this header says how.
+//
+// Data dir layout: <data_dir>/TCC_WAL (a marker, written once the database
+// exists) and <data_dir>/db (RocksDB). The key layout is documented in
+// wal/src/internal/rocksdb_keys.h, the value encodings in
+// wal/src/record_codec.h.
+//
+// Group commit: one writer thread owns every write. Append, PutApproval,
+// TakeOwnerEpoch and the removals of RunRetention queue up; the writer takes
+// everything waiting, checks each item against the state as the items before
+// it leave it (the one place that checks and applies, so write-once decisions
+// and approval consumption hold under any concurrency), puts the accepted
+// ones into one WriteBatch, writes it, and syncs once if any of them is
+// durable; then it completes them all, on the writer thread. Buffered
+// appends ride along and complete once written. The queue is bounded
+// (`max_queued`): beyond it Append fails RESOURCE_EXHAUSTED at once.
+//
+// Failpoints (tcc/failpoint): wal.before_write, wal.after_write,
+// wal.before_sync, wal.after_sync, evaluated by the writer for each group.
+//
+// Fail-stop: a failed write or sync (or an `error` failpoint) fails every
+// item of the group and everything queued with UNAVAILABLE, and refuses
+// everything later; failure() says why (a daemon exits non-zero on it).
+//
+// Opening: a torn unsynced tail of RocksDB's WAL is dropped; a corrupt
+// record with records after it, corrupt tables or an unknown format version
+// fail Open with DATA_LOSS and a message naming what and where. Recovery
+// runs RocksDB with WALRecoveryMode::kPointInTimeRecovery after a check of
+// the WAL files of its own (wal/src/internal/wal_file_check.h says why). A
+// data dir whose marker exists but whose database does not is DATA_LOSS: the
+// log never starts over on an empty database when it had state.
+//
+// Retention: RunRetention scans the finished-transaction indexes on the
+// caller's thread and hands the removals to the writer in small batches, so
+// appends keep flowing between them. The size budget (max_bytes) measures
+// the key and value bytes the log holds (m/live_bytes), not file sizes,
+// which lag deletions until RocksDB compacts.
+//
+// Thread-safety: every method may be called from any thread. Completion
+// callbacks run on the writer thread and must not block for long.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tcc/wal/log.h"
+
+namespace rocksdb {
+class FileSystem;
+}  // namespace rocksdb
+
+namespace tcc::wal {
+
+struct RocksDbLogOptions {
+  std::string data_dir;
+  RetentionPolicy retention;
+  // Items waiting for the writer beyond which Append is RESOURCE_EXHAUSTED.
+  size_t max_queued = 100000;
+  // Removals per retention batch handed to the writer.
+  size_t retention_batch = 256;
+  // The file system RocksDB runs on (tests inject faults); null: the OS's.
+  std::shared_ptr<rocksdb::FileSystem> file_system;
+};
+
+class RocksDbLog final : public Log {
+ public:
+  // Opens (or creates) the log in options.data_dir; see the header comment
+  // for what refuses to open.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<RocksDbLog>> Open(
+      RocksDbLogOptions options);
+
+  // Stops the writer after it completed everything queued, then closes.
+  ~RocksDbLog() override;
+
+  RocksDbLog(const RocksDbLog&) = delete;
+  RocksDbLog& operator=(const RocksDbLog&) = delete;
+
+  void Append(AppendRequest request, AppendDone done) override;
+  void PutApproval(Approval approval, AppendDone done) override;
+  [[nodiscard]] absl::StatusOr<TxnLog> Read(std::string_view gid) override;
+  [[nodiscard]] absl::StatusOr<Approval> ReadApproval(
+      std::string_view approval_id) override;
+  [[nodiscard]] absl::StatusOr<ListPage> List(const ListQuery& query) override;
+  [[nodiscard]] absl::Status ScanUnfinished(
+      const std::function<absl::Status(TxnLog)>& visit) override;
+  [[nodiscard]] absl::StatusOr<uint64_t> TakeOwnerEpoch() override;
+  [[nodiscard]] absl::Status RunRetention(int64_t now_ms) override;
+  int64_t DedupHorizonMs() const override;
+  LogStats Stats() const override;
+
+  // OK while the log works; the fail-stop error once it failed.
+  absl::Status failure() const;
+
+  // Mean number of items per group commit so far (for metrics and benches).
+  double MeanGroupSize() const;
+
+  class Impl;
+
+ private:
+  explicit RocksDbLog(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tcc::wal

@@ -1,0 +1,984 @@
+#include "tcc/wal/rocksdb_log.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "internal/rocksdb_keys.h"
+#include "internal/txn_rules.h"
+#include "internal/wal_file_check.h"
+#include "record_codec.h"
+#include "rocksdb/db.h"
+#include "rocksdb/env.h"
+#include "rocksdb/file_system.h"
+#include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
+#include "tcc/failpoint/failpoint.h"
+
+namespace tcc::wal {
+namespace {
+
+using internal::StoredSummary;
+namespace keys = internal::keys;
+
+constexpr char kMarkerName[] = "TCC_WAL";
+constexpr char kMarkerText[] = "tccd write-ahead log; the database is in db/\n";
+
+absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  std::string message =
+      absl::StrCat("WAL: ", std::string(what), ": ", s.ToString());
+  if (s.IsCorruption()) return absl::DataLossError(message);
+  if (s.IsNotFound()) return absl::NotFoundError(message);
+  return absl::UnavailableError(message);
+}
+
+// Writes a small file and syncs it and its directory.
+absl::Status WriteSyncedFile(const std::filesystem::path& path,
+                             std::string_view text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("WAL: can't create ", path.string()));
+  }
+  const bool ok = ::write(fd, text.data(), text.size()) ==
+                      static_cast<ssize_t>(text.size()) &&
+                  ::fsync(fd) == 0;
+  ::close(fd);
+  const int dir = ::open(path.parent_path().c_str(), O_RDONLY);
+  const bool dir_ok = dir >= 0 && ::fsync(dir) == 0;
+  if (dir >= 0) ::close(dir);
+  if (!ok || !dir_ok) {
+    return absl::UnavailableError(
+        absl::StrCat("WAL: can't write ", path.string()));
+  }
+  return absl::OkStatus();
+}
+
+uint64_t DecodeU64Value(const std::string& value) {
+  std::string_view in = value;
+  uint64_t v = 0;
+  if (!internal::GetU64(in, v)) return 0;
+  return v;
+}
+
+std::string U64Value(uint64_t v) {
+  std::string out;
+  internal::PutU64(out, v);
+  return out;
+}
+
+// A summary as the writer sees it, with its encoded size for byte counts.
+struct SummaryEntry {
+  StoredSummary stored;
+  size_t encoded_size = 0;
+};
+
+}  // namespace
+
+// One unit of work for the writer thread.
+struct WorkItem {
+  enum class Kind { kAppend, kApproval, kEpoch, kRetention };
+  Kind kind = Kind::kAppend;
+  bool durable = true;
+  AppendRequest append;
+  Approval approval;
+  std::vector<std::pair<std::string, internal::RetentionStep>> removals;
+  uint64_t* epoch_out = nullptr;  // kEpoch: where the new epoch goes
+  AppendDone done;
+};
+
+class RocksDbLog::Impl {
+ public:
+  explicit Impl(RocksDbLogOptions options) : options_(std::move(options)) {}
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (writer_.joinable()) writer_.join();
+    if (db_ != nullptr) {
+      (void)db_->Close();  // a frozen or failed disk may refuse; nothing to do
+    }
+    db_.reset();
+  }
+
+  absl::Status Open();
+  void Enqueue(WorkItem item);
+  absl::StatusOr<TxnLog> Read(std::string_view gid);
+  absl::StatusOr<Approval> ReadApproval(std::string_view id);
+  absl::StatusOr<ListPage> List(const ListQuery& query);
+  absl::Status ScanUnfinished(const std::function<absl::Status(TxnLog)>& visit);
+  absl::StatusOr<uint64_t> TakeOwnerEpoch();
+  absl::Status RunRetention(int64_t now_ms);
+  LogStats Stats() const;
+  absl::Status failure() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failure_;
+  }
+  double MeanGroupSize() const {
+    const uint64_t groups = groups_.load();
+    return groups == 0 ? 0.0
+                       : static_cast<double>(group_items_.load()) / groups;
+  }
+  int64_t horizon() const { return horizon_.load(); }
+
+ private:
+  // The writer's view of the state while it builds one group.
+  struct GroupView {
+    std::map<std::string, std::optional<SummaryEntry>> summaries;
+    std::map<std::string, std::optional<Approval>> approvals;
+    int64_t live_bytes = 0;
+    int64_t unfinished = 0;
+    int64_t horizon = 0;
+    uint64_t owner_epoch = 0;
+  };
+
+  void WriterLoop();
+  void ProcessGroup(std::deque<WorkItem>& group);
+  absl::Status ApplyItem(WorkItem& item, GroupView& view,
+                         rocksdb::WriteBatch& batch);
+  absl::Status ApplyAppend(const AppendRequest& request, GroupView& view,
+                           rocksdb::WriteBatch& batch);
+  absl::Status ApplyApproval(const Approval& approval, GroupView& view,
+                             rocksdb::WriteBatch& batch);
+  absl::Status ApplyRemovals(const WorkItem& item, GroupView& view,
+                             rocksdb::WriteBatch& batch);
+  absl::StatusOr<std::optional<SummaryEntry>> ViewSummary(
+      GroupView& view, const std::string& gid);
+  absl::StatusOr<std::optional<Approval>> ViewApproval(GroupView& view,
+                                                       const std::string& id);
+  void FailStop(absl::Status status, std::deque<WorkItem>& group);
+
+  absl::StatusOr<std::optional<StoredSummary>> GetSummary(
+      const rocksdb::ReadOptions& ro, std::string_view gid);
+  absl::StatusOr<TxnLog> ReadTxn(const rocksdb::ReadOptions& ro,
+                                 std::string_view gid);
+  // Runs `item` through the writer and waits for it.
+  absl::Status SubmitAndWait(WorkItem item);
+
+  const RocksDbLogOptions options_;
+  std::unique_ptr<rocksdb::Env> env_;  // outlives db_
+  std::unique_ptr<rocksdb::DB> db_;
+  std::filesystem::path db_dir_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<WorkItem> queue_;
+  bool stop_ = false;
+  absl::Status failure_;
+  std::thread writer_;
+
+  // Written by the writer only (after its write succeeded); read anywhere.
+  std::atomic<int64_t> live_bytes_{0};
+  std::atomic<int64_t> unfinished_{0};
+  std::atomic<int64_t> horizon_{0};
+  std::atomic<uint64_t> owner_epoch_{0};
+  std::atomic<uint64_t> syncs_{0};
+  std::atomic<uint64_t> synced_appends_{0};
+  std::atomic<uint64_t> buffered_appends_{0};
+  std::atomic<uint64_t> groups_{0};
+  std::atomic<uint64_t> group_items_{0};
+};
+
+absl::Status RocksDbLog::Impl::Open() {
+  namespace fs = std::filesystem;
+  if (options_.data_dir.empty()) {
+    return absl::InvalidArgumentError("WAL: data_dir is empty");
+  }
+  const fs::path data_dir(options_.data_dir);
+  db_dir_ = data_dir / "db";
+  std::error_code ec;
+  fs::create_directories(data_dir, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat(
+        "WAL: can't create ", data_dir.string(), ": ", ec.message()));
+  }
+  const fs::path marker = data_dir / kMarkerName;
+  const bool had_marker = fs::exists(marker);
+  const bool had_db = fs::exists(db_dir_ / "CURRENT");
+  if (had_marker && !had_db) {
+    return absl::DataLossError(
+        absl::StrCat("WAL: ", data_dir.string(), " held a log (", kMarkerName,
+                     " exists) but its database ", db_dir_.string(),
+                     " is missing; refusing to start over on an empty log"));
+  }
+  if (had_db) {
+    if (absl::Status s = internal::CheckWalFiles(db_dir_.string()); !s.ok()) {
+      return s;
+    }
+  }
+
+  rocksdb::Options options;
+  options.create_if_missing = !had_db;
+  options.error_if_exists = !had_db;
+  options.paranoid_checks = true;
+  // Safe only after CheckWalFiles: see wal_file_check.h.
+  options.wal_recovery_mode = rocksdb::WALRecoveryMode::kPointInTimeRecovery;
+  // The writer writes, then flushes the WAL (the "written" point for
+  // buffered appends), then syncs once per group (the durable point).
+  options.manual_wal_flush = true;
+  options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  options.keep_log_file_num = 3;
+  options.max_background_jobs = 2;
+  if (options_.file_system != nullptr) {
+    env_ = rocksdb::NewCompositeEnv(options_.file_system);
+    options.env = env_.get();
+  }
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status opened = rocksdb::DB::Open(options, db_dir_.string(), &raw);
+  if (!opened.ok()) {
+    return FromRocks(opened, absl::StrCat("can't open ", db_dir_.string()));
+  }
+  db_.reset(raw);
+
+  std::string version;
+  rocksdb::Status got =
+      db_->Get(rocksdb::ReadOptions(), keys::kFormatVersion, &version);
+  if (got.IsNotFound()) {
+    if (had_db) {
+      return absl::DataLossError(
+          absl::StrCat("WAL: ", db_dir_.string(),
+                       " has no format version: not a tccd log, or damaged"));
+    }
+    rocksdb::WriteBatch batch;
+    batch.Put(keys::kFormatVersion,
+              std::string(1, static_cast<char>(internal::kFormatVersion)));
+    rocksdb::WriteOptions wo;
+    wo.sync = true;
+    if (absl::Status s =
+            FromRocks(db_->Write(wo, &batch), "writing the format version");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = FromRocks(db_->FlushWAL(true), "syncing the WAL");
+        !s.ok()) {
+      return s;
+    }
+  } else if (!got.ok()) {
+    return FromRocks(got, "reading the format version");
+  } else if (version.size() != 1 ||
+             static_cast<uint8_t>(version[0]) != internal::kFormatVersion) {
+    return absl::DataLossError(
+        absl::StrCat("WAL: ", db_dir_.string(), " has unknown format version ",
+                     version.empty() ? -1 : static_cast<uint8_t>(version[0]),
+                     "; this build reads version ", internal::kFormatVersion));
+  }
+  if (!had_marker) {
+    if (absl::Status s = WriteSyncedFile(marker, kMarkerText); !s.ok()) {
+      return s;
+    }
+  }
+
+  std::string value;
+  if (db_->Get(rocksdb::ReadOptions(), keys::kOwnerEpoch, &value).ok()) {
+    owner_epoch_ = DecodeU64Value(value);
+  }
+  if (db_->Get(rocksdb::ReadOptions(), keys::kDedupHorizon, &value).ok()) {
+    horizon_ = static_cast<int64_t>(DecodeU64Value(value));
+  }
+  if (db_->Get(rocksdb::ReadOptions(), keys::kLiveBytes, &value).ok()) {
+    live_bytes_ = static_cast<int64_t>(DecodeU64Value(value));
+  }
+  int64_t unfinished = 0;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("u/"); it->Valid() && it->key().starts_with("u/"); it->Next()) {
+    ++unfinished;
+  }
+  if (absl::Status s = FromRocks(it->status(), "counting unfinished");
+      !s.ok()) {
+    return s;
+  }
+  unfinished_ = unfinished;
+  writer_ = std::thread([this] { WriterLoop(); });
+  return absl::OkStatus();
+}
+
+void RocksDbLog::Impl::Enqueue(WorkItem item) {
+  absl::Status refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) {
+      refused = failure_;
+    } else if (stop_) {
+      refused = absl::UnavailableError("WAL: the log is closing");
+    } else if (queue_.size() >= options_.max_queued &&
+               item.kind == WorkItem::Kind::kAppend) {
+      refused = absl::ResourceExhaustedError(absl::StrCat(
+          "WAL: ", queue_.size(), " appends are waiting; retry later"));
+    } else {
+      queue_.push_back(std::move(item));
+    }
+  }
+  if (!refused.ok()) {
+    if (item.done) item.done(std::move(refused));
+    return;
+  }
+  cv_.notify_one();
+}
+
+void RocksDbLog::Impl::WriterLoop() {
+  while (true) {
+    std::deque<WorkItem> group;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      group.swap(queue_);
+      if (!failure_.ok()) {
+        const absl::Status failure = failure_;
+        lock.unlock();
+        for (WorkItem& item : group) {
+          if (item.done) item.done(failure);
+        }
+        continue;
+      }
+    }
+    ProcessGroup(group);
+  }
+}
+
+void RocksDbLog::Impl::FailStop(absl::Status status,
+                                std::deque<WorkItem>& group) {
+  absl::Status failure = absl::UnavailableError(
+      absl::StrCat("WAL failed and stopped (fail-stop): ", status.message()));
+  std::deque<WorkItem> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok()) failure_ = failure;
+    failure = failure_;
+    queued.swap(queue_);
+  }
+  for (WorkItem& item : group) {
+    if (item.done) item.done(failure);
+  }
+  for (WorkItem& item : queued) {
+    if (item.done) item.done(failure);
+  }
+}
+
+absl::StatusOr<std::optional<SummaryEntry>> RocksDbLog::Impl::ViewSummary(
+    GroupView& view, const std::string& gid) {
+  auto it = view.summaries.find(gid);
+  if (it != view.summaries.end()) return it->second;
+  std::string value;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), keys::Summary(gid), &value);
+  std::optional<SummaryEntry> entry;
+  if (s.ok()) {
+    absl::StatusOr<StoredSummary> stored = internal::DecodeSummary(value);
+    if (!stored.ok()) return stored.status();
+    entry = SummaryEntry{*std::move(stored), value.size()};
+  } else if (!s.IsNotFound()) {
+    return FromRocks(s, "reading a summary");
+  }
+  view.summaries.emplace(gid, entry);
+  return entry;
+}
+
+absl::StatusOr<std::optional<Approval>> RocksDbLog::Impl::ViewApproval(
+    GroupView& view, const std::string& id) {
+  auto it = view.approvals.find(id);
+  if (it != view.approvals.end()) return it->second;
+  std::string value;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), keys::Approval(id), &value);
+  std::optional<Approval> approval;
+  if (s.ok()) {
+    absl::StatusOr<Approval> decoded = internal::DecodeApproval(value);
+    if (!decoded.ok()) return decoded.status();
+    approval = *std::move(decoded);
+  } else if (!s.IsNotFound()) {
+    return FromRocks(s, "reading an approval");
+  }
+  view.approvals.emplace(id, approval);
+  return approval;
+}
+
+absl::Status RocksDbLog::Impl::ApplyAppend(const AppendRequest& request,
+                                           GroupView& view,
+                                           rocksdb::WriteBatch& batch) {
+  absl::StatusOr<std::optional<SummaryEntry>> current =
+      ViewSummary(view, request.gid);
+  if (!current.ok()) return current.status();
+  absl::Status lookup_error;
+  internal::ApprovalLookup lookup =
+      [&](const std::string& id) -> absl::StatusOr<Approval> {
+    absl::StatusOr<std::optional<Approval>> a = ViewApproval(view, id);
+    if (!a.ok()) return a.status();
+    if (!a->has_value()) {
+      return absl::NotFoundError(absl::StrCat("approval ", id));
+    }
+    return **a;
+  };
+  absl::StatusOr<internal::AppendPlan> plan = internal::PlanAppend(
+      request, current->has_value() ? &(*current)->stored.summary : nullptr,
+      lookup);
+  if (!plan.ok()) return plan.status();
+
+  SummaryEntry entry;
+  int64_t delta = 0;
+  bool was_final = false;
+  if (current->has_value()) {
+    entry = **current;
+    was_final = IsFinal(entry.stored.summary.state);
+    delta -= static_cast<int64_t>(entry.encoded_size);
+  } else {
+    delta += static_cast<int64_t>(keys::Summary(request.gid).size());
+  }
+  const TxnSummary& next = plan->summary;
+  for (const Record& record : request.records) {
+    const std::string key =
+        keys::Record(request.gid, entry.stored.record_count);
+    const std::string value = internal::EncodeRecord(record);
+    batch.Put(key, value);
+    ++entry.stored.record_count;
+    entry.stored.record_bytes += key.size() + value.size();
+    delta += static_cast<int64_t>(key.size() + value.size());
+  }
+  if (plan->registers) {
+    const std::string o = keys::TimeIndex('o', next.registered_at_ms, next.gid);
+    const std::string u = keys::TimeIndex('u', next.registered_at_ms, next.gid);
+    batch.Put(o, "");
+    batch.Put(u, "");
+    delta += static_cast<int64_t>(o.size() + u.size());
+    ++view.unfinished;
+  }
+  if (!was_final && IsFinal(next.state)) {
+    const std::string u = keys::TimeIndex('u', next.registered_at_ms, next.gid);
+    const std::string f = keys::TimeIndex('f', next.finished_at_ms, next.gid);
+    batch.Delete(u);
+    batch.Put(f, "");
+    delta += static_cast<int64_t>(f.size()) - static_cast<int64_t>(u.size());
+    --view.unfinished;
+  }
+  entry.stored.summary = next;
+  const std::string summary = internal::EncodeSummary(
+      next, entry.stored.record_count, entry.stored.record_bytes);
+  entry.encoded_size = summary.size();
+  delta += static_cast<int64_t>(summary.size());
+  batch.Put(keys::Summary(request.gid), summary);
+  view.summaries[request.gid] = entry;
+  for (const Approval& used : plan->consumed) {
+    const std::string value = internal::EncodeApproval(used);
+    batch.Put(keys::Approval(used.approval_id), value);  // same size as before
+    view.approvals[used.approval_id] = used;
+  }
+  view.live_bytes += delta;
+  return absl::OkStatus();
+}
+
+absl::Status RocksDbLog::Impl::ApplyApproval(const Approval& approval,
+                                             GroupView& view,
+                                             rocksdb::WriteBatch& batch) {
+  if (absl::Status s = internal::ValidateNewApproval(approval); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::optional<Approval>> existing =
+      ViewApproval(view, approval.approval_id);
+  if (!existing.ok()) return existing.status();
+  if (existing->has_value()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("approval ", approval.approval_id, " exists already"));
+  }
+  const std::string key = keys::Approval(approval.approval_id);
+  const std::string value = internal::EncodeApproval(approval);
+  batch.Put(key, value);
+  view.approvals[approval.approval_id] = approval;
+  view.live_bytes += static_cast<int64_t>(key.size() + value.size());
+  return absl::OkStatus();
+}
+
+absl::Status RocksDbLog::Impl::ApplyRemovals(const WorkItem& item,
+                                             GroupView& view,
+                                             rocksdb::WriteBatch& batch) {
+  // Read everything first, so that an error changes nothing.
+  for (const auto& [gid, step] : item.removals) {
+    absl::StatusOr<std::optional<SummaryEntry>> current =
+        ViewSummary(view, gid);
+    if (!current.ok()) return current.status();
+  }
+  for (const auto& [gid, step] : item.removals) {
+    const std::optional<SummaryEntry>& current = view.summaries[gid];
+    if (!current.has_value()) continue;  // gone already
+    SummaryEntry entry = *current;
+    TxnSummary& s = entry.stored.summary;
+    if (!IsFinal(s.state)) continue;  // never an unfinished one
+    const bool compact_only = step == internal::RetentionStep::kCompact;
+    if (compact_only && s.compacted) continue;
+    if (!s.compacted) {
+      for (uint64_t seq = 0; seq < entry.stored.record_count; ++seq) {
+        batch.Delete(keys::Record(gid, seq));
+      }
+      view.live_bytes -= static_cast<int64_t>(entry.stored.record_bytes);
+    }
+    const std::string old_index =
+        keys::TimeIndex(s.compacted ? 'c' : 'f', s.finished_at_ms, gid);
+    batch.Delete(old_index);
+    view.live_bytes -= static_cast<int64_t>(old_index.size());
+    view.live_bytes -= static_cast<int64_t>(entry.encoded_size);
+    if (compact_only) {
+      const std::string c = keys::TimeIndex('c', s.finished_at_ms, gid);
+      batch.Put(c, "");
+      s.compacted = true;
+      entry.stored.record_bytes = 0;
+      const std::string summary = internal::EncodeSummary(
+          s, entry.stored.record_count, entry.stored.record_bytes);
+      entry.encoded_size = summary.size();
+      batch.Put(keys::Summary(gid), summary);
+      view.live_bytes += static_cast<int64_t>(c.size() + summary.size());
+      view.summaries[gid] = entry;
+    } else {
+      const std::string o = keys::TimeIndex('o', s.registered_at_ms, gid);
+      batch.Delete(o);
+      batch.Delete(keys::Summary(gid));
+      view.live_bytes -=
+          static_cast<int64_t>(o.size() + keys::Summary(gid).size());
+      view.horizon = std::max(view.horizon, s.created_at_ms + 1);
+      view.summaries[gid] = std::nullopt;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RocksDbLog::Impl::ApplyItem(WorkItem& item, GroupView& view,
+                                         rocksdb::WriteBatch& batch) {
+  switch (item.kind) {
+    case WorkItem::Kind::kAppend:
+      return ApplyAppend(item.append, view, batch);
+    case WorkItem::Kind::kApproval:
+      return ApplyApproval(item.approval, view, batch);
+    case WorkItem::Kind::kEpoch:
+      ++view.owner_epoch;
+      *item.epoch_out = view.owner_epoch;
+      batch.Put(keys::kOwnerEpoch, U64Value(view.owner_epoch));
+      return absl::OkStatus();
+    case WorkItem::Kind::kRetention:
+      return ApplyRemovals(item, view, batch);
+  }
+  return absl::InternalError("unknown work item");
+}
+
+void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
+  GroupView view;
+  view.live_bytes = live_bytes_.load();
+  view.unfinished = unfinished_.load();
+  view.horizon = horizon_.load();
+  view.owner_epoch = owner_epoch_.load();
+  rocksdb::WriteBatch batch;
+  // Items accepted into the batch, and the ones refused (with why).
+  std::vector<WorkItem*> accepted;
+  std::vector<std::pair<WorkItem*, absl::Status>> refused;
+  bool needs_sync = false;
+  for (WorkItem& item : group) {
+    // Each item's puts go in whole or not at all. ApplyItem checks
+    // everything before it changes the view or the batch, so a refused item
+    // left both as they were (the savepoint is a second guard).
+    batch.SetSavePoint();
+    absl::Status s = ApplyItem(item, view, batch);
+    if (s.ok()) {
+      (void)batch.PopSavePoint();
+      accepted.push_back(&item);
+      needs_sync = needs_sync || item.durable;
+    } else {
+      (void)batch.RollbackToSavePoint();
+      refused.emplace_back(&item, std::move(s));
+    }
+  }
+  groups_.fetch_add(1);
+  group_items_.fetch_add(group.size());
+  for (auto& [item, status] : refused) {
+    if (item->done) item->done(std::move(status));
+    item->done = nullptr;
+  }
+  if (accepted.empty()) return;
+
+  if (view.live_bytes != live_bytes_.load()) {
+    batch.Put(
+        keys::kLiveBytes,
+        U64Value(static_cast<uint64_t>(std::max<int64_t>(0, view.live_bytes))));
+  }
+  if (view.horizon != horizon_.load()) {
+    batch.Put(keys::kDedupHorizon,
+              U64Value(static_cast<uint64_t>(view.horizon)));
+  }
+  absl::Status s = failpoint::Eval("wal.before_write");
+  if (s.ok())
+    s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
+  if (s.ok()) s = FromRocks(db_->FlushWAL(false), "write of the WAL");
+  if (s.ok()) s = failpoint::Eval("wal.after_write");
+  if (!s.ok()) {
+    FailStop(std::move(s), group);
+    return;
+  }
+  // Written: what readers see now. Buffered appends complete now, durable
+  // ones after the sync.
+  live_bytes_ = view.live_bytes;
+  unfinished_ = view.unfinished;
+  horizon_ = view.horizon;
+  owner_epoch_ = view.owner_epoch;
+  for (WorkItem* item : accepted) {
+    if (!item->durable) {
+      buffered_appends_.fetch_add(1);
+      if (item->done) item->done(absl::OkStatus());
+      item->done = nullptr;
+    }
+  }
+  if (needs_sync) {
+    s = failpoint::Eval("wal.before_sync");
+    if (s.ok()) s = FromRocks(db_->SyncWAL(), "sync of the WAL");
+    if (s.ok()) s = failpoint::Eval("wal.after_sync");
+    if (!s.ok()) {
+      FailStop(std::move(s), group);
+      return;
+    }
+    syncs_.fetch_add(1);
+  }
+  for (WorkItem* item : accepted) {
+    if (item->done) {
+      if (item->kind == WorkItem::Kind::kAppend) synced_appends_.fetch_add(1);
+      item->done(absl::OkStatus());
+      item->done = nullptr;
+    }
+  }
+}
+
+absl::Status RocksDbLog::Impl::SubmitAndWait(WorkItem item) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool finished = false;
+  absl::Status result;
+  item.done = [&](absl::Status s) {
+    std::lock_guard<std::mutex> lock(m);
+    result = std::move(s);
+    finished = true;
+    cv.notify_one();
+  };
+  Enqueue(std::move(item));
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait(lock, [&] { return finished; });
+  return result;
+}
+
+absl::StatusOr<uint64_t> RocksDbLog::Impl::TakeOwnerEpoch() {
+  uint64_t epoch = 0;
+  WorkItem item;
+  item.kind = WorkItem::Kind::kEpoch;
+  item.epoch_out = &epoch;
+  if (absl::Status s = SubmitAndWait(std::move(item)); !s.ok()) return s;
+  return epoch;
+}
+
+absl::StatusOr<std::optional<StoredSummary>> RocksDbLog::Impl::GetSummary(
+    const rocksdb::ReadOptions& ro, std::string_view gid) {
+  std::string value;
+  rocksdb::Status s = db_->Get(ro, keys::Summary(gid), &value);
+  if (s.IsNotFound()) return std::optional<StoredSummary>();
+  if (!s.ok()) return FromRocks(s, "reading a summary");
+  absl::StatusOr<StoredSummary> stored = internal::DecodeSummary(value);
+  if (!stored.ok()) return stored.status();
+  return std::optional<StoredSummary>(*std::move(stored));
+}
+
+absl::StatusOr<TxnLog> RocksDbLog::Impl::ReadTxn(const rocksdb::ReadOptions& ro,
+                                                 std::string_view gid) {
+  absl::StatusOr<std::optional<StoredSummary>> stored = GetSummary(ro, gid);
+  if (!stored.ok()) return stored.status();
+  if (!stored->has_value()) {
+    return absl::NotFoundError(
+        absl::StrCat("gid ", std::string(gid), " is not in the log"));
+  }
+  TxnLog txn;
+  txn.summary = std::move((*stored)->summary);
+  if (txn.summary.compacted) return txn;
+  const std::string prefix = keys::RecordPrefix(gid);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    absl::StatusOr<Record> record = internal::DecodeRecord(
+        std::string_view(it->value().data(), it->value().size()));
+    if (!record.ok()) {
+      return absl::DataLossError(absl::StrCat("WAL: a record of gid ",
+                                              std::string(gid), ": ",
+                                              record.status().message()));
+    }
+    txn.records.push_back(*std::move(record));
+  }
+  if (absl::Status s = FromRocks(it->status(), "reading records"); !s.ok()) {
+    return s;
+  }
+  return txn;
+}
+
+absl::StatusOr<TxnLog> RocksDbLog::Impl::Read(std::string_view gid) {
+  rocksdb::ManagedSnapshot snapshot(db_.get());
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot.snapshot();
+  return ReadTxn(ro, gid);
+}
+
+absl::StatusOr<Approval> RocksDbLog::Impl::ReadApproval(std::string_view id) {
+  std::string value;
+  rocksdb::Status s =
+      db_->Get(rocksdb::ReadOptions(), keys::Approval(id), &value);
+  if (s.IsNotFound()) {
+    return absl::NotFoundError(
+        absl::StrCat("approval ", std::string(id), " does not exist"));
+  }
+  if (!s.ok()) return FromRocks(s, "reading an approval");
+  return internal::DecodeApproval(value);
+}
+
+absl::StatusOr<ListPage> RocksDbLog::Impl::List(const ListQuery& query) {
+  if (absl::Status s = internal::ValidateListQuery(query); !s.ok()) return s;
+  absl::StatusOr<std::optional<internal::ListPosition>> pos =
+      internal::DecodePageToken(query.page_token);
+  if (!pos.ok()) return pos.status();
+  rocksdb::ManagedSnapshot snapshot(db_.get());
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot.snapshot();
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  std::string after;
+  if (pos->has_value()) {
+    after = keys::TimeIndex('o', (*pos)->registered_at_ms, (*pos)->gid);
+    it->Seek(after);
+  } else {
+    it->Seek("o/");
+  }
+  ListPage page;
+  for (; it->Valid() && it->key().starts_with("o/"); it->Next()) {
+    if (!after.empty() && it->key() == rocksdb::Slice(after)) continue;
+    int64_t registered_at_ms = 0;
+    std::string gid;
+    if (!keys::ParseTimeIndex(it->key().ToStringView(), registered_at_ms,
+                              gid)) {
+      return absl::DataLossError("WAL: malformed registration index key");
+    }
+    if (query.registered_before_ms != 0 &&
+        registered_at_ms >= query.registered_before_ms) {
+      break;
+    }
+    absl::StatusOr<std::optional<StoredSummary>> stored = GetSummary(ro, gid);
+    if (!stored.ok()) return stored.status();
+    if (!stored->has_value()) {
+      return absl::DataLossError(
+          absl::StrCat("WAL: gid ", gid, " is indexed but has no summary"));
+    }
+    if (!internal::MatchesQuery((*stored)->summary, query)) continue;
+    if (page.items.size() == query.page_size) {
+      const TxnSummary& last = page.items.back();
+      page.next_page_token =
+          internal::EncodePageToken(last.registered_at_ms, last.gid);
+      break;
+    }
+    page.items.push_back(std::move((*stored)->summary));
+  }
+  if (absl::Status s = FromRocks(it->status(), "listing"); !s.ok()) return s;
+  return page;
+}
+
+absl::Status RocksDbLog::Impl::ScanUnfinished(
+    const std::function<absl::Status(TxnLog)>& visit) {
+  rocksdb::ManagedSnapshot snapshot(db_.get());
+  rocksdb::ReadOptions ro;
+  ro.snapshot = snapshot.snapshot();
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  for (it->Seek("u/"); it->Valid() && it->key().starts_with("u/"); it->Next()) {
+    int64_t registered_at_ms = 0;
+    std::string gid;
+    if (!keys::ParseTimeIndex(it->key().ToStringView(), registered_at_ms,
+                              gid)) {
+      return absl::DataLossError("WAL: malformed unfinished index key");
+    }
+    absl::StatusOr<TxnLog> txn = ReadTxn(ro, gid);
+    if (!txn.ok()) {
+      if (absl::IsNotFound(txn.status())) {
+        return absl::DataLossError(absl::StrCat(
+            "WAL: gid ", gid, " is indexed unfinished but has no summary"));
+      }
+      return txn.status();
+    }
+    if (absl::Status s = visit(*std::move(txn)); !s.ok()) return s;
+  }
+  return FromRocks(it->status(), "scanning unfinished");
+}
+
+absl::Status RocksDbLog::Impl::RunRetention(int64_t now_ms) {
+  const RetentionPolicy& policy = options_.retention;
+  using internal::RetentionStep;
+  std::vector<std::pair<std::string, RetentionStep>> due;
+  auto submit = [&]() -> absl::Status {
+    if (due.empty()) return absl::OkStatus();
+    WorkItem item;
+    item.kind = WorkItem::Kind::kRetention;
+    item.removals.swap(due);
+    return SubmitAndWait(std::move(item));
+  };
+  // Scans one finished index up to `until_ms` (inclusive), handing each gid
+  // to `step_of`; stops early when `enough` says so.
+  auto scan = [&](char index, int64_t until_ms,
+                  const std::function<std::optional<RetentionStep>(
+                      int64_t, const std::string&)>& step_of) -> absl::Status {
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions()));
+    const std::string prefix{index, '/'};
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+         it->Next()) {
+      int64_t finished_at_ms = 0;
+      std::string gid;
+      if (!keys::ParseTimeIndex(it->key().ToStringView(), finished_at_ms,
+                                gid)) {
+        return absl::DataLossError("WAL: malformed finished index key");
+      }
+      if (finished_at_ms > until_ms) break;
+      std::optional<RetentionStep> step = step_of(finished_at_ms, gid);
+      if (!step.has_value()) break;
+      due.emplace_back(gid, *step);
+      if (due.size() >= options_.retention_batch) {
+        if (absl::Status s = submit(); !s.ok()) return s;
+      }
+    }
+    if (absl::Status s = FromRocks(it->status(), "retention scan"); !s.ok()) {
+      return s;
+    }
+    return submit();
+  };
+  const int64_t compact_until = now_ms - policy.full_record_ms;
+  const int64_t forget_until = now_ms - policy.compact_entry_ms;
+  absl::Status s =
+      scan('f', compact_until, [&](int64_t at, const std::string&) {
+        return std::optional<RetentionStep>(at <= forget_until
+                                                ? RetentionStep::kForget
+                                                : RetentionStep::kCompact);
+      });
+  if (!s.ok()) return s;
+  s = scan('c', forget_until, [](int64_t, const std::string&) {
+    return std::optional<RetentionStep>(RetentionStep::kForget);
+  });
+  if (!s.ok() || policy.max_bytes == 0) return s;
+
+  // The size budget: oldest finished first, full records, then entries.
+  // Each pass picks about as many as the excess needs, oldest first.
+  for (const char index : {'f', 'c'}) {
+    while (live_bytes_.load() > static_cast<int64_t>(policy.max_bytes)) {
+      int64_t excess =
+          live_bytes_.load() - static_cast<int64_t>(policy.max_bytes);
+      size_t picked = 0;
+      s = scan(
+          index, INT64_MAX,
+          [&](int64_t, const std::string& gid) -> std::optional<RetentionStep> {
+            if (excess <= 0) return std::nullopt;
+            int64_t saves = 64;  // summary and index keys, roughly
+            if (index == 'f') {
+              absl::StatusOr<std::optional<StoredSummary>> stored =
+                  GetSummary(rocksdb::ReadOptions(), gid);
+              if (stored.ok() && stored->has_value()) {
+                saves = static_cast<int64_t>((*stored)->record_bytes);
+              }
+            }
+            excess -= std::max<int64_t>(1, saves);
+            ++picked;
+            return index == 'f' ? RetentionStep::kCompact
+                                : RetentionStep::kForget;
+          });
+      if (!s.ok()) return s;
+      if (picked == 0) break;  // this index is empty
+    }
+  }
+  return absl::OkStatus();
+}
+
+LogStats RocksDbLog::Impl::Stats() const {
+  LogStats stats;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(db_dir_, ec)) {
+    std::error_code size_ec;
+    const uintmax_t size = entry.file_size(size_ec);
+    if (!size_ec) stats.bytes_on_disk += size;
+  }
+  stats.syncs = syncs_.load();
+  stats.synced_appends = synced_appends_.load();
+  stats.buffered_appends = buffered_appends_.load();
+  stats.unfinished = static_cast<uint64_t>(std::max<int64_t>(0, unfinished_));
+  stats.dedup_horizon_ms = horizon_.load();
+  return stats;
+}
+
+// --- RocksDbLog ---
+
+absl::StatusOr<std::unique_ptr<RocksDbLog>> RocksDbLog::Open(
+    RocksDbLogOptions options) {
+  auto impl = std::make_unique<Impl>(std::move(options));
+  if (absl::Status s = impl->Open(); !s.ok()) return s;
+  return std::unique_ptr<RocksDbLog>(new RocksDbLog(std::move(impl)));
+}
+
+RocksDbLog::RocksDbLog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+RocksDbLog::~RocksDbLog() = default;
+
+void RocksDbLog::Append(AppendRequest request, AppendDone done) {
+  WorkItem item;
+  item.kind = WorkItem::Kind::kAppend;
+  item.durable = request.durability == Durability::kDurable;
+  item.append = std::move(request);
+  item.done = std::move(done);
+  impl_->Enqueue(std::move(item));
+}
+
+void RocksDbLog::PutApproval(Approval approval, AppendDone done) {
+  WorkItem item;
+  item.kind = WorkItem::Kind::kApproval;
+  item.approval = std::move(approval);
+  item.done = std::move(done);
+  impl_->Enqueue(std::move(item));
+}
+
+absl::StatusOr<TxnLog> RocksDbLog::Read(std::string_view gid) {
+  return impl_->Read(gid);
+}
+
+absl::StatusOr<Approval> RocksDbLog::ReadApproval(std::string_view id) {
+  return impl_->ReadApproval(id);
+}
+
+absl::StatusOr<ListPage> RocksDbLog::List(const ListQuery& query) {
+  return impl_->List(query);
+}
+
+absl::Status RocksDbLog::ScanUnfinished(
+    const std::function<absl::Status(TxnLog)>& visit) {
+  return impl_->ScanUnfinished(visit);
+}
+
+absl::StatusOr<uint64_t> RocksDbLog::TakeOwnerEpoch() {
+  return impl_->TakeOwnerEpoch();
+}
+
+absl::Status RocksDbLog::RunRetention(int64_t now_ms) {
+  return impl_->RunRetention(now_ms);
+}
+
+int64_t RocksDbLog::DedupHorizonMs() const { return impl_->horizon(); }
+
+LogStats RocksDbLog::Stats() const { return impl_->Stats(); }
+
+absl::Status RocksDbLog::failure() const { return impl_->failure(); }
+
+double RocksDbLog::MeanGroupSize() const { return impl_->MeanGroupSize(); }
+
+}  // namespace tcc::wal
