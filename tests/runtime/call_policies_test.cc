@@ -21,7 +21,7 @@ TEST_CASE("adaptive timeout: about 2x p99, clamped", "[policies]") {
   AdaptiveTimeouts t(TimeoutBounds{20, 5000, 1000}, 256, 20);
   CHECK(t.TimeoutMs("p", CallKind::kTry) == 1000);
   for (int i = 0; i < 100; ++i)
-    t.Observe("p", CallKind::kTry, i < 99 ? 10 : 100);
+    t.Observe("p", CallKind::kTry, i < 98 ? 10 : 100);
   CHECK(t.TimeoutMs("p", CallKind::kTry) == 200);
   CHECK(t.TimeoutMs("p", CallKind::kConfirm) == 1000);  // per kind
   for (int i = 0; i < 300; ++i) t.Observe("q", CallKind::kTry, 1);
