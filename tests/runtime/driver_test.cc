@@ -497,6 +497,30 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "requests older than the deduplication horizon, and unknown "
+    "participants, are refused",
+    "[driver]") {
+  DriverOptions o;
+  o.participant_known = [](const std::string& p) { return p != "p9"; };
+  Harness h(2, o);
+  Result r = h.Submit(h.Spec("g1", 2));
+  REQUIRE(h.Wait(r));
+  REQUIRE(h.log.RunRetention(h.clock.WallMs() + 30LL * 24 * 3600 * 1000).ok());
+  REQUIRE(h.log.DedupHorizonMs() > 0);  // g1 was forgotten
+  core::SubmitSpec retry = h.Spec("g1", 2);
+  retry.created_at_ms = h.log.DedupHorizonMs() - 1;
+  Result old = h.Submit(retry);
+  REQUIRE(h.Wait(old));
+  CHECK(old->value().status().code() == absl::StatusCode::kFailedPrecondition);
+  core::SubmitSpec bad = h.Spec("g3", 1);
+  bad.created_at_ms = h.log.DedupHorizonMs() + 1;
+  bad.branches[0].participant = "p9";
+  Result unknown = h.Submit(bad);
+  REQUIRE(h.Wait(unknown));
+  CHECK(unknown->value().status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE(
     "the simulated transport catches a decision acted on before it is "
     "durable",
     "[driver]") {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <random>
 #include <unordered_map>
 #include <utility>
@@ -53,6 +54,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     for (Executor* e : shards) shards_.push_back(Shard{e, {}});
     if (!options_.uniform01) {
       options_.uniform01 = [this] {
+        std::lock_guard<std::mutex> lock(rng_mu_);
         return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
       };
     }
@@ -206,12 +208,13 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
 
   void OnRequest(size_t s, const std::string& gid, bool creates,
                  const std::function<Event(RequestId)>& make, ReplyDone done) {
+    const RequestId rid = next_request_++;
+    Event event = make(rid);
+    if (absl::Status st = Admissible(event); !st.ok()) return done(st);
     wal::TxnSummary compact;
     const wal::TxnSummary* summary = nullptr;
     absl::StatusOr<Owner*> o = Load(s, gid, &compact, &summary);
     if (!o.ok()) return done(o.status());
-    const RequestId rid = next_request_++;
-    Event event = make(rid);
     if (summary != nullptr) {
       // Only the compact entry is left (DESIGN.md section 9).
       if (auto* sub = std::get_if<core::SubmitEvent>(&event)) {
@@ -257,6 +260,37 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         }
       }
     }
+  }
+
+  // Checks that need more than the core knows: the deduplication horizon and
+  // the configured participants.
+  absl::Status Admissible(const Event& event) const {
+    int64_t created_at = -1;
+    std::vector<const wal::BranchSpec*> branches;
+    if (const auto* e = std::get_if<core::SubmitEvent>(&event)) {
+      created_at = e->spec.created_at_ms;
+      for (const auto& b : e->spec.branches) branches.push_back(&b);
+    } else if (const auto* e = std::get_if<core::BeginEvent>(&event)) {
+      created_at = e->spec.created_at_ms;
+    } else if (const auto* e = std::get_if<core::TryEvent>(&event)) {
+      branches.push_back(&e->branch);
+    }
+    if (created_at >= 0 && created_at < log_.DedupHorizonMs()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "created_at ", created_at,
+          " is older than the deduplication horizon ", log_.DedupHorizonMs(),
+          ": a retry could not be told from a new request; use a new gid"));
+    }
+    if (options_.participant_known) {
+      for (const auto* b : branches) {
+        if (!options_.participant_known(b->participant)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("branch ", b->branch_id, " names participant ",
+                           b->participant, ", which is not configured"));
+        }
+      }
+    }
+    return absl::OkStatus();
   }
 
   // Steps one event for `gid` and runs its effects.
@@ -550,6 +584,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   DriverObserver* observer_;
   AdaptiveTimeouts timeouts_;
   CircuitBreakers breakers_;
+  std::mutex rng_mu_;
   std::mt19937_64 rng_;
   std::vector<Shard> shards_;
   std::atomic<uint64_t> epoch_{0};

@@ -84,7 +84,12 @@ struct DriverOptions {
   BreakerOptions breaker;
   uint64_t rng_seed = 1;
   // Draws in [0, 1) for backoff jitter; default: a PRNG seeded by rng_seed.
+  // Called from any shard: must be thread-safe if shards run in parallel
+  // (the default is).
   std::function<double()> uniform01;
+  // Participant names a branch may use (DESIGN.md section 4: only configured
+  // participants are called). Unset: any name.
+  std::function<bool(const std::string&)> participant_known;
 };
 
 class Driver {
@@ -102,6 +107,9 @@ class Driver {
   // the shard executors). Requests may be made right after.
   [[nodiscard]] absl::Status Start();
 
+  // Submit and Begin refuse (FAILED_PRECONDITION) a created_at older than the
+  // WAL's deduplication horizon (DESIGN.md section 3), and INVALID_ARGUMENT a
+  // branch naming a participant that is not configured.
   void Submit(core::SubmitSpec spec, ReplyDone done);
   void Begin(core::BeginSpec spec, ReplyDone done);
   void Try(std::string gid, wal::BranchSpec branch, ReplyDone done);
