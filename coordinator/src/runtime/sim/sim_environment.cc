@@ -255,35 +255,44 @@ void SimTransport::Call(const BranchCall& call, int64_t timeout_ms,
     });
     return;
   }
-  if (Draw(f.lose_request)) return;
   // Copy what the delivery needs: the driver's spec pointer dies with Call.
   auto copy = std::make_shared<std::pair<BranchCall, wal::BranchSpec>>(
       call, *call.spec);
-  const bool lose_reply = Draw(f.lose_reply);
-  const bool dup = Draw(f.duplicate);
-  const int64_t there = Latency(f);
-  const int64_t back = Latency(f);
-  const int64_t again = Latency(f);
   SimParticipant* p = pit->second;
   Script script = scripts_.count(name) ? scripts_[name] : Script();
   SimClock* clock = &clock_;
-  clock_.Schedule(there, [=] {
-    copy->first.spec = &copy->second;
-    std::optional<absl::StatusOr<BranchAnswer>> scripted;
-    if (script) scripted = script(copy->first);
-    absl::StatusOr<BranchAnswer> answer =
-        scripted ? *scripted : p->OnCall(copy->first, clock->WallMs());
-    if (lose_reply) return;
-    clock->Schedule(back, [=] {
-      if (pending->completed) return;
-      pending->completed = true;
-      pending->delivered = true;
-      pending->done(answer);
-      if (dup) {
-        clock->Schedule(again, [=] { pending->done(answer); });
-      }
+  // One delivery of the request (the network may deliver it twice); the
+  // first answer back completes the call, a later one arrives as a
+  // duplicated reply if the call had been answered (not timed out).
+  const int copies = Draw(f.duplicate_request) ? 2 : 1;
+  for (int i = 0; i < copies; ++i) {
+    if (Draw(f.lose_request)) continue;
+    const bool lose_reply = Draw(f.lose_reply);
+    const bool dup = Draw(f.duplicate);
+    const int64_t there = Latency(f);
+    const int64_t back = Latency(f);
+    const int64_t again = Latency(f);
+    clock_.Schedule(there, [=] {
+      copy->first.spec = &copy->second;
+      std::optional<absl::StatusOr<BranchAnswer>> scripted;
+      if (script) scripted = script(copy->first);
+      absl::StatusOr<BranchAnswer> answer =
+          scripted ? *scripted : p->OnCall(copy->first, clock->WallMs());
+      if (lose_reply) return;
+      clock->Schedule(back, [=] {
+        if (pending->completed) {
+          if (pending->delivered) pending->done(answer);  // a duplicate
+          return;
+        }
+        pending->completed = true;
+        pending->delivered = true;
+        pending->done(answer);
+        if (dup) {
+          clock->Schedule(again, [=] { pending->done(answer); });
+        }
+      });
     });
-  });
+  }
 }
 
 void SimTransport::Query(const QueryCall& query, int64_t timeout_ms,

@@ -143,9 +143,10 @@ class BarrierParticipant final : public SimParticipant {
 };
 
 struct LinkFaults {
-  double lose_request = 0;  // never reaches the participant
-  double lose_reply = 0;    // ran there; the answer is lost
-  double duplicate = 0;     // the answer arrives twice
+  double lose_request = 0;       // never reaches the participant
+  double lose_reply = 0;         // ran there; the answer is lost
+  double duplicate = 0;          // the answer arrives twice
+  double duplicate_request = 0;  // the request arrives twice
   int64_t min_latency_ms = 1;
   int64_t max_latency_ms = 5;  // uniform: reorders calls
   bool partitioned = false;    // every call fails fast UNAVAILABLE
