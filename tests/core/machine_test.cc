@@ -280,11 +280,15 @@ const std::vector<EventCase>& Events() {
          e.query_id = 999;
          return e;
        }},
-      {"try-deadline timer early", "NIIIIIIIII",
+      {"try-deadline timer early (re-armed)", "NAAIIIIIIA",
        [](const Txn&) -> Event { return DeadlineEvent{DeadlineKind::kTry}; }},
       {"try-deadline passed", "NAAIIIIIIA",
        [](const Txn&) -> Event { return DeadlineEvent{DeadlineKind::kTry}; },
        kNow + 10 * kTimeout},
+      {"approval deadline timer early (re-armed)", "NIIAIIIIII",
+       [](const Txn&) -> Event {
+         return DeadlineEvent{DeadlineKind::kApproval};
+       }},
       {"approval deadline passed", "NIIAIIIIII",
        [](const Txn&) -> Event {
          return DeadlineEvent{DeadlineKind::kApproval};
@@ -354,7 +358,7 @@ TEST_CASE("every (state, event) pair: legal applied, illegal refused",
       }
     }
   }
-  CHECK(pairs == 220);
+  CHECK(pairs == 230);
 }
 
 // ---------------------------------------------------------------- behaviours

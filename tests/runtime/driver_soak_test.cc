@@ -132,7 +132,16 @@ SeedResult RunSeed(uint64_t seed, core::RuleBreakers breakers = {}) {
   std::sort(crash_at.begin(), crash_at.end());
   const int64_t faulty_until = clock.MonotonicMs() + 20'000;
   size_t next_crash = 0;
+  // The wall clock steps once, forward or back (NTP, an operator).
+  const int64_t jump_at =
+      clock.MonotonicMs() + static_cast<int64_t>(uniform(0, 5000));
+  const int64_t jump_by = static_cast<int64_t>(uniform(-3000, 3000));
+  bool jumped = false;
   while (clock.MonotonicMs() < faulty_until) {
+    if (!jumped && clock.MonotonicMs() >= jump_at) {
+      jumped = true;
+      clock.JumpWall(jump_by);
+    }
     if (next_crash < crash_at.size() &&
         observer.effects >= crash_at[next_crash]) {
       ++next_crash;
@@ -215,8 +224,10 @@ SeedResult RunSeed(uint64_t seed, core::RuleBreakers breakers = {}) {
   return out;
 }
 
-TEST_CASE("soak: lossy links, duplicates, reordering and crashes, per seed",
-          "[driver][soak]") {
+TEST_CASE(
+    "soak: lossy links, duplicates, reordering, wall-clock steps and "
+    "crashes, per seed",
+    "[driver][soak]") {
   int crashes = 0, confirmed = 0, cancelled = 0;
   for (uint64_t seed = 1; seed <= 1000; ++seed) {
     SeedResult r = RunSeed(seed);

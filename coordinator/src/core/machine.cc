@@ -938,14 +938,28 @@ absl::Status Stepper::On(const RetryDueEvent& e) {
 }
 
 absl::Status Stepper::On(const DeadlineEvent& e) {
+  // A timer that fires before the wall-clock deadline (the wall clock was
+  // set back) is armed again: deadlines are wall-clock facts.
   if (e.kind == DeadlineKind::kTry) {
+    if (t_.decision == Decision::kNone && t_.registered_durable &&
+        (t_.state == TxnState::kOpen || t_.state == TxnState::kTrying) &&
+        now_ < t_.try_deadline_ms) {
+      effects_.push_back(
+          ArmDeadlineEffect{DeadlineKind::kTry, t_.try_deadline_ms});
+      return absl::OkStatus();
+    }
     TryDeadlinePassed();
     return absl::OkStatus();
   }
   if (t_.state == TxnState::kAwaitingApproval &&
-      t_.decision == Decision::kNone && now_ >= t_.approval_deadline_ms) {
-    Decide(Decision::kCancel, DecisionCause::kDeadline,
-           "approval deadline passed");
+      t_.decision == Decision::kNone) {
+    if (now_ >= t_.approval_deadline_ms) {
+      Decide(Decision::kCancel, DecisionCause::kDeadline,
+             "approval deadline passed");
+    } else {
+      effects_.push_back(
+          ArmDeadlineEffect{DeadlineKind::kApproval, t_.approval_deadline_ms});
+    }
   }
   return absl::OkStatus();
 }
