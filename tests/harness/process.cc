@@ -126,7 +126,7 @@ absl::StatusOr<std::string> Process::WaitForLine(const std::string& pattern,
 }
 
 absl::StatusOr<int> Process::WaitForListening(int64_t timeout_ms) {
-  auto port = WaitForLine(R"(listening on [^ ]*:(\d+))", timeout_ms);
+  auto port = WaitForLine(R"(^listening on [^ ]*:(\d+)\s*$)", timeout_ms);
   if (!port.ok()) return port.status();
   int p = 0;
   if (!absl::SimpleAtoi(*port, &p)) {

@@ -117,6 +117,47 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     });
   }
 
+  // Fires every pending retry timer of `gid` now (one branch's when
+  // `branch_id` is set): the waits are skipped, nothing else changes.
+  void RetryNow(std::string gid, std::string branch_id, ReplyDone done) {
+    OnShard(gid, [gid, branch_id, done = std::move(done)](Impl& self,
+                                                          size_t s) {
+      const wal::TxnSummary* summary = nullptr;
+      wal::TxnSummary compact;
+      absl::StatusOr<Owner*> o = self.Load(s, gid, &compact, &summary);
+      if (!o.ok()) return done(o.status());
+      if (summary != nullptr || *o == nullptr) {
+        if (summary != nullptr) {
+          return done(DriverReply{SummaryView(compact), false, std::nullopt});
+        }
+        return done(absl::NotFoundError(absl::StrCat("no transaction ", gid)));
+      }
+      Owner* owner = *o;
+      int only = -1;
+      if (!branch_id.empty()) {
+        only = core::FindBranch(owner->txn, branch_id);
+        if (only < 0) {
+          return done(absl::NotFoundError(
+              absl::StrCat("no branch ", branch_id, " in ", gid)));
+        }
+      }
+      std::vector<uint32_t> due;
+      for (const auto& [b, id] : owner->retry_timers) {
+        if (only < 0 || static_cast<int>(b) == only) {
+          self.clock_.Cancel(id);
+          due.push_back(b);
+        }
+      }
+      for (uint32_t b : due) owner->retry_timers.erase(b);
+      for (uint32_t b : due) self.Feed(s, gid, core::RetryDueEvent{b});
+      Owner* after = self.Find(s, gid);
+      if (after == nullptr) {
+        return self.Get(gid, std::move(done));
+      }
+      done(DriverReply{core::MakeView(after->txn), false, std::nullopt});
+    });
+  }
+
   uint64_t epoch() const { return epoch_; }
   BreakerState breaker(const std::string& p) const {
     return breakers_.State(p);
@@ -684,6 +725,10 @@ void Driver::ResolveBranch(std::string gid, std::string branch_id,
         return core::ResolveBranchEvent{rid, b, id};
       },
       std::move(done));
+}
+
+void Driver::RetryNow(std::string gid, std::string branch_id, ReplyDone done) {
+  impl_->RetryNow(std::move(gid), std::move(branch_id), std::move(done));
 }
 
 uint64_t Driver::owner_epoch() const { return impl_->epoch(); }

@@ -124,6 +124,9 @@ class Driver {
   void ResolveBranch(std::string gid, std::string branch_id,
                      std::string approval_id, ReplyDone done);
 
+  // Admin: re-sends now what waits for a backoff timer (every branch, or one).
+  void RetryNow(std::string gid, std::string branch_id, ReplyDone done);
+
   uint64_t owner_epoch() const;
   BreakerState breaker_state(const std::string& participant) const;
 

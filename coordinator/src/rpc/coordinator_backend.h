@@ -1,0 +1,82 @@
+// What the gRPC Coordinator service needs from the rest of tccd: the driver
+// behind an interface, so that the rpc layer knows only the core's domain
+// types (STYLE.md: rpc is proto <-> domain and status mapping, nothing else).
+// server/ implements it over the runtime's driver and the WAL.
+//
+// Thread-safety: every method may be called from any gRPC thread; `done`
+// callbacks may run on any thread, exactly once each.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/transaction.h"
+#include "tcc/wal/log.h"
+
+namespace tcc::rpc {
+
+// The answer to one request: a status and, when OK (and for some refusals,
+// e.g. ABORTED), the transaction as it stood.
+struct TxnAnswer {
+  absl::Status status;
+  core::TransactionView view;
+  bool duplicate = false;
+  int branch = -1;  // Try: the index into view.branches of the branch tried
+};
+
+using AnswerDone = std::function<void(TxnAnswer)>;
+
+// A live subscription to one transaction's changes; dropping it ends it.
+class WatchSubscription {
+ public:
+  virtual ~WatchSubscription() = default;
+};
+
+class CoordinatorBackend {
+ public:
+  virtual ~CoordinatorBackend() = default;
+
+  virtual void Submit(core::SubmitSpec spec, AnswerDone done) = 0;
+  virtual void Begin(core::BeginSpec spec, AnswerDone done) = 0;
+  virtual void Try(std::string gid, core::BranchSpec branch,
+                   AnswerDone done) = 0;
+  virtual void Commit(std::string gid, std::vector<std::string> expected_ids,
+                      core::WaitFor wait_for, AnswerDone done) = 0;
+  virtual void Rollback(std::string gid, core::WaitFor wait_for,
+                        AnswerDone done) = 0;
+  // NOT_FOUND for a gid tccd does not know (or has forgotten).
+  virtual void Get(std::string gid, AnswerDone done) = 0;
+  [[nodiscard]] virtual absl::StatusOr<wal::ListPage> List(
+      const wal::ListQuery& query) = 0;
+  // Calls `on_change` with the current view soon, then after every change
+  // until the transaction is final (the last call carries the final state), an
+  // error ends it (NOT_FOUND for an unknown gid; UNAVAILABLE when tccd stops),
+  // or the subscription is dropped. Dropping it waits for a call in progress.
+  virtual std::unique_ptr<WatchSubscription> Watch(
+      std::string gid,
+      std::function<void(absl::StatusOr<core::TransactionView>)> on_change) = 0;
+
+  // Admin: re-send now the pending calls of a transaction (one branch when
+  // branch_id is set), skipping the backoff wait.
+  virtual void RetryNow(std::string gid, std::string branch_id,
+                        AnswerDone done) = 0;
+
+  struct Health {
+    std::string health;  // "serving", "recovering", "stopping"
+    uint64_t wal_bytes = 0;
+    int64_t dedup_horizon_ms = 0;
+    std::vector<std::pair<wal::TxnState, uint64_t>> in_flight;
+    uint64_t oldest_unfinished_age_ms = 0;
+    uint64_t stuck_branches = 0;
+    uint64_t recovery_total = 0;
+    uint64_t recovery_done = 0;
+  };
+  virtual Health Status() = 0;
+};
+
+}  // namespace tcc::rpc

@@ -1,0 +1,384 @@
+#include "rpc/coordinator_service.h"
+
+#include <deque>
+#include <mutex>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "rpc/coordinator_mapping.h"
+#include "rpc/status_mapping.h"
+#include "tcc/identity/ids.h"
+
+namespace tcc::rpc {
+namespace {
+
+grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx,
+                                 const absl::Status& status) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpc(status));
+  return reactor;
+}
+
+// Finishes a unary call with the backend's answer, filling the response
+// with `fill` when the status is OK.
+template <typename Fill>
+AnswerDone FinishWith(grpc::ServerUnaryReactor* reactor, Fill fill) {
+  return [reactor, fill = std::move(fill)](TxnAnswer answer) {
+    if (answer.status.ok()) fill(answer);
+    reactor->Finish(ToGrpc(answer.status));
+  };
+}
+
+}  // namespace
+
+CoordinatorService::CoordinatorService(CoordinatorBackend& backend,
+                                       CoordinatorServiceOptions options)
+    : backend_(backend), options_(std::move(options)) {}
+
+absl::Status CoordinatorService::CheckParticipant(
+    const std::string& name) const {
+  if (options_.participant_known && options_.participant_known(name)) {
+    return absl::OkStatus();
+  }
+  if (name.find(':') != std::string::npos) {
+    if (!options_.allow_direct_targets) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "participant '", name,
+          "' is an address; only configured participant names are allowed "
+          "(allow_direct_targets is off)"));
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown participant '", name,
+                   "'; name one configured under participants:"));
+}
+
+absl::Status CoordinatorService::CheckCreatedAt(int64_t created_at_ms) const {
+  if (created_at_ms <= 0) {
+    return absl::InvalidArgumentError(
+        "created_at_ms is required: the client's wall-clock time of its first "
+        "attempt (Unix ms)");
+  }
+  const int64_t horizon =
+      options_.dedup_horizon_ms ? options_.dedup_horizon_ms() : 0;
+  if (created_at_ms < horizon) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "created_at_ms ", created_at_ms,
+        " is older than the deduplication horizon ", horizon,
+        ": tccd can no longer tell a retry from a new request; use a new gid "
+        "and a fresh created_at"));
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Submit(
+    grpc::CallbackServerContext* ctx, const tcc::v1::SubmitRequest* request,
+    tcc::v1::SubmitResponse* response) {
+  if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
+    return Refuse(ctx, s);
+  }
+  if (absl::Status s = CheckCreatedAt(request->created_at_ms()); !s.ok()) {
+    return Refuse(ctx, s);
+  }
+  if (request->branches_size() == 0) {
+    return Refuse(ctx, absl::InvalidArgumentError("no branches"));
+  }
+  for (const auto& b : request->branches()) {
+    if (absl::Status s = CheckParticipant(b.participant()); !s.ok()) {
+      return Refuse(ctx, s);
+    }
+  }
+  if (request->approval_gate() && !options_.approval_gate_enabled) {
+    return Refuse(ctx, absl::UnimplementedError(
+                           "the approval gate is not enabled in this tccd"));
+  }
+  if (request->try_timeout_ms() > options_.max_try_timeout_ms) {
+    return Refuse(ctx,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "try_timeout_ms ", request->try_timeout_ms(),
+                      " is over the limit ", options_.max_try_timeout_ms)));
+  }
+  if (request->approval_timeout_ms() > options_.max_approval_timeout_ms) {
+    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
+                           "approval_timeout_ms is over the limit ",
+                           options_.max_approval_timeout_ms)));
+  }
+  auto* reactor = ctx->DefaultReactor();
+  backend_.Submit(FromProto(*request),
+                  FinishWith(reactor, [response](const TxnAnswer& a) {
+                    ToProto(a.view, response->mutable_transaction());
+                    response->set_duplicate(a.duplicate);
+                  }));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Begin(
+    grpc::CallbackServerContext* ctx, const tcc::v1::BeginRequest* request,
+    tcc::v1::BeginResponse* response) {
+  if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
+    return Refuse(ctx, s);
+  }
+  if (absl::Status s = CheckCreatedAt(request->created_at_ms()); !s.ok()) {
+    return Refuse(ctx, s);
+  }
+  if (request->approval_gate() && !options_.approval_gate_enabled) {
+    return Refuse(ctx, absl::UnimplementedError(
+                           "the approval gate is not enabled in this tccd"));
+  }
+  if (request->timeout_ms() > options_.max_try_timeout_ms) {
+    return Refuse(
+        ctx, absl::InvalidArgumentError(absl::StrCat(
+                 "timeout_ms ", request->timeout_ms(), " is over the limit ",
+                 options_.max_try_timeout_ms)));
+  }
+  auto* reactor = ctx->DefaultReactor();
+  backend_.Begin(FromProto(*request),
+                 FinishWith(reactor, [response](const TxnAnswer& a) {
+                   ToProto(a.view, response->mutable_transaction());
+                   response->set_duplicate(a.duplicate);
+                 }));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Try(
+    grpc::CallbackServerContext* ctx, const tcc::v1::TryRequest* request,
+    tcc::v1::TryResponse* response) {
+  if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
+    return Refuse(ctx, s);
+  }
+  if (!request->has_branch()) {
+    return Refuse(ctx, absl::InvalidArgumentError("branch is required"));
+  }
+  if (absl::Status s = CheckParticipant(request->branch().participant());
+      !s.ok()) {
+    return Refuse(ctx, s);
+  }
+  auto* reactor = ctx->DefaultReactor();
+  backend_.Try(request->gid(), FromProto(request->branch()),
+               FinishWith(reactor, [response](const TxnAnswer& a) {
+                 if (a.branch >= 0 &&
+                     a.branch < static_cast<int>(a.view.branches.size())) {
+                   ToProto(a.view.branches[a.branch],
+                           response->mutable_branch());
+                 }
+                 response->set_duplicate(a.duplicate);
+               }));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Commit(
+    grpc::CallbackServerContext* ctx, const tcc::v1::CommitRequest* request,
+    tcc::v1::CommitResponse* response) {
+  if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
+    return Refuse(ctx, s);
+  }
+  std::vector<std::string> expected(request->expected_branch_ids().begin(),
+                                    request->expected_branch_ids().end());
+  auto* reactor = ctx->DefaultReactor();
+  backend_.Commit(request->gid(), std::move(expected),
+                  FromProto(request->wait_for()),
+                  FinishWith(reactor, [response](const TxnAnswer& a) {
+                    ToProto(a.view, response->mutable_transaction());
+                  }));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Rollback(
+    grpc::CallbackServerContext* ctx, const tcc::v1::RollbackRequest* request,
+    tcc::v1::RollbackResponse* response) {
+  if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
+    return Refuse(ctx, s);
+  }
+  auto* reactor = ctx->DefaultReactor();
+  backend_.Rollback(request->gid(), FromProto(request->wait_for()),
+                    FinishWith(reactor, [response](const TxnAnswer& a) {
+                      ToProto(a.view, response->mutable_transaction());
+                    }));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Get(
+    grpc::CallbackServerContext* ctx, const tcc::v1::GetRequest* request,
+    tcc::v1::GetResponse* response) {
+  if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
+    return Refuse(ctx, s);
+  }
+  auto* reactor = ctx->DefaultReactor();
+  backend_.Get(request->gid(),
+               FinishWith(reactor, [response](const TxnAnswer& a) {
+                 ToProto(a.view, response->mutable_transaction());
+               }));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::List(
+    grpc::CallbackServerContext* ctx, const tcc::v1::ListRequest* request,
+    tcc::v1::ListResponse* response) {
+  wal::ListQuery query;
+  for (int s : request->states()) {
+    wal::TxnState state;
+    if (!FromProto(static_cast<tcc::v1::TxnState>(s), &state)) {
+      return Refuse(ctx, absl::InvalidArgumentError(
+                             absl::StrCat("unknown state ", s, " in states")));
+    }
+    query.states.push_back(state);
+  }
+  if (!request->participant().empty()) {
+    if (absl::Status s =
+            identity::ValidateParticipantName(request->participant());
+        !s.ok()) {
+      return Refuse(ctx, s);
+    }
+    query.participant = request->participant();
+  }
+  if (request->page_size() > options_.max_list_page) {
+    return Refuse(ctx,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "page_size is over the limit ", options_.max_list_page)));
+  }
+  query.page_size = request->page_size() == 0 ? 100 : request->page_size();
+  query.page_token = request->page_token();
+  if (request->min_age_ms() > 0 && options_.now_ms) {
+    query.registered_before_ms =
+        options_.now_ms() - static_cast<int64_t>(request->min_age_ms());
+  }
+  auto page = backend_.List(query);
+  if (!page.ok()) return Refuse(ctx, page.status());
+  for (const wal::TxnSummary& s : page->items) {
+    tcc::v1::TransactionView* v = response->add_transactions();
+    v->set_gid(s.gid);
+    v->set_state(ToProto(s.state));
+    v->set_decision(ToProto(s.decision));
+    if (s.state != wal::TxnState::kOpen) {
+      v->set_content_hash(identity::ToBytes(s.content_hash));
+    }
+    v->set_revision(s.revision);
+    v->set_created_at_ms(s.created_at_ms);
+    v->set_registered_at_ms(s.registered_at_ms);
+    v->set_finished_at_ms(s.finished_at_ms);
+  }
+  response->set_next_page_token(page->next_page_token);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+namespace {
+
+// Streams views in order, one write in flight at a time; finishes after the
+// final state, or when the client goes away.
+class WatchReactor final
+    : public grpc::ServerWriteReactor<tcc::v1::WatchEvent> {
+ public:
+  explicit WatchReactor(std::atomic<uint32_t>& streams) : streams_(streams) {}
+
+  void Subscribe(CoordinatorBackend& backend, const std::string& gid) {
+    auto sub =
+        backend.Watch(gid, [this](absl::StatusOr<core::TransactionView> view) {
+          OnChange(std::move(view));
+        });
+    std::lock_guard<std::mutex> lock(mu_);
+    subscription_ = std::move(sub);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      return;
+    }
+    queue_.pop_front();
+    NextLocked();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    std::unique_ptr<WatchSubscription> sub;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sub = std::move(subscription_);
+      done_ = true;
+    }
+    sub.reset();  // no more OnChange after this returns
+    streams_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  void OnChange(absl::StatusOr<core::TransactionView> view) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_ || done_ || final_queued_ || error_) return;
+    if (!view.ok()) {
+      error_ = ToGrpc(view.status());
+      if (!writing_) FinishLocked(*error_);
+      return;
+    }
+    tcc::v1::WatchEvent event;
+    ToProto(*view, event.mutable_transaction());
+    queue_.push_back(std::move(event));
+    if (wal::IsFinal(view->state)) final_queued_ = true;
+    NextLocked();
+  }
+
+  void NextLocked() {
+    if (writing_ || finished_) return;
+    if (queue_.empty()) {
+      if (error_) {
+        FinishLocked(*error_);
+      } else if (final_queued_) {
+        FinishLocked(grpc::Status::OK);
+      }
+      return;
+    }
+    writing_ = true;
+    StartWrite(&queue_.front());
+  }
+
+  void FinishLocked(grpc::Status status) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(std::move(status));
+  }
+
+  std::atomic<uint32_t>& streams_;
+  std::mutex mu_;
+  std::deque<tcc::v1::WatchEvent> queue_;
+  std::unique_ptr<WatchSubscription> subscription_;
+  std::optional<grpc::Status> error_;
+  bool writing_ = false;
+  bool final_queued_ = false;
+  bool finished_ = false;
+  bool done_ = false;
+};
+
+class RefusedWatch final
+    : public grpc::ServerWriteReactor<tcc::v1::WatchEvent> {
+ public:
+  explicit RefusedWatch(const absl::Status& status) { Finish(ToGrpc(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<tcc::v1::WatchEvent>* CoordinatorService::Watch(
+    grpc::CallbackServerContext*, const tcc::v1::WatchRequest* request) {
+  if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
+    return new RefusedWatch(s);
+  }
+  if (watch_streams_.fetch_add(1) >= options_.max_watch_streams) {
+    watch_streams_.fetch_sub(1);
+    return new RefusedWatch(absl::ResourceExhaustedError(absl::StrCat(
+        "too many Watch streams (limit ", options_.max_watch_streams, ")")));
+  }
+  auto* reactor = new WatchReactor(watch_streams_);
+  reactor->Subscribe(backend_, request->gid());
+  return reactor;
+}
+
+}  // namespace tcc::rpc

@@ -1,0 +1,96 @@
+// The Coordinator/Admin services' backend over the runtime's Driver and the
+// WAL, plus the daemon's DriverObserver: metrics, log lines (gid and branch id
+// on each), Watch notifications.
+//
+// Every request is answered exactly once: by the driver, or with UNAVAILABLE
+// by Shutdown() (so a stopping server never waits on a transaction that is
+// still retrying a participant).
+//
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "rpc/coordinator_backend.h"
+#include "runtime/driver.h"
+#include "server/metrics.h"
+#include "tcc/wal/log.h"
+
+namespace tcc::server {
+
+class DriverBackend final : public rpc::CoordinatorBackend,
+                            public runtime::DriverObserver {
+ public:
+  // `driver` is attached after construction (the driver needs the observer
+  // first). `metrics` may be null.
+  DriverBackend(wal::Log& log, runtime::Clock& clock,
+                CoordinatorMetrics* metrics);
+  void Attach(runtime::Driver* driver) { driver_ = driver; }
+
+  // Answers every request still waiting with UNAVAILABLE and ends every
+  // Watch; later requests get UNAVAILABLE at once.
+  void Shutdown();
+
+  // rpc::CoordinatorBackend
+  void Submit(core::SubmitSpec spec, rpc::AnswerDone done) override;
+  void Begin(core::BeginSpec spec, rpc::AnswerDone done) override;
+  void Try(std::string gid, core::BranchSpec branch,
+           rpc::AnswerDone done) override;
+  void Commit(std::string gid, std::vector<std::string> expected_ids,
+              core::WaitFor wait_for, rpc::AnswerDone done) override;
+  void Rollback(std::string gid, core::WaitFor wait_for,
+                rpc::AnswerDone done) override;
+  void Get(std::string gid, rpc::AnswerDone done) override;
+  absl::StatusOr<wal::ListPage> List(const wal::ListQuery& query) override;
+  std::unique_ptr<rpc::WatchSubscription> Watch(
+      std::string gid,
+      std::function<void(absl::StatusOr<core::TransactionView>)> on_change)
+      override;
+  void RetryNow(std::string gid, std::string branch_id,
+                rpc::AnswerDone done) override;
+  Health Status() override;
+
+  // runtime::DriverObserver
+  void OnSignal(const std::string& gid, const std::string& branch_id,
+                const core::SignalEffect& signal) override;
+  void OnFinished(const std::string& gid, core::TxnState state,
+                  int64_t duration_ms) override;
+  void OnBreaker(const std::string& participant,
+                 runtime::BreakerState state) override;
+  void OnEffect(const std::string& gid, const core::Effect& effect) override;
+  void OnRecovered(size_t resumed) override;
+
+ private:
+  struct Pending;
+  struct Watcher;
+  class Subscription;
+
+  // Wraps `done` so it runs once, and is reachable by Shutdown.
+  runtime::ReplyDone Track(rpc::AnswerDone done);
+  void Refresh(const std::string& gid);
+
+  wal::Log& log_;
+  runtime::Clock& clock_;
+  CoordinatorMetrics* metrics_;
+  runtime::Driver* driver_ = nullptr;
+  std::atomic<bool> stopping_{false};
+
+  std::mutex mu_;
+  uint64_t next_pending_ = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<Pending>> pending_;
+  std::unordered_map<std::string, std::vector<std::shared_ptr<Watcher>>>
+      watchers_;
+
+  std::atomic<int64_t> stuck_{0};
+  std::atomic<bool> recovered_{false};
+  std::atomic<uint64_t> recovered_count_{0};
+};
+
+}  // namespace tcc::server

@@ -1,0 +1,238 @@
+#include "server/server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "rpc/admin_service.h"
+#include "rpc/coordinator_service.h"
+#include "rpc/grpc_transport.h"
+#include "rpc/participant_client.h"
+#include "runtime/driver.h"
+#include "server/asio_runtime.h"
+#include "server/driver_backend.h"
+#include "server/metrics.h"
+#include "tcc/wal/rocksdb_log.h"
+
+namespace tcc::server {
+
+class Server::Impl {
+ public:
+  absl::Status Start(const Config& config, const std::string& version);
+  absl::Status Stop();
+
+  Config config_;
+  std::unique_ptr<wal::RocksDbLog> log_;
+  std::unique_ptr<AsioThreads> threads_;
+  std::unique_ptr<SystemClockRuntime> clock_;
+  std::vector<std::unique_ptr<StrandExecutor>> shards_;
+  std::unique_ptr<rpc::ParticipantClient> client_;
+  std::unique_ptr<rpc::GrpcTransport> transport_;
+  std::unique_ptr<CoordinatorMetrics> metrics_;
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
+  std::unique_ptr<DriverBackend> backend_;
+  std::unique_ptr<runtime::Driver> driver_;
+  std::unique_ptr<rpc::CoordinatorService> coordinator_service_;
+  std::unique_ptr<rpc::AdminService> admin_service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<grpc::Server> admin_server_;
+  int port_ = 0;
+  int admin_port_ = 0;
+  bool stopped_ = false;
+
+ private:
+  void ScheduleRetention();
+};
+
+namespace {
+
+runtime::DriverOptions DriverOptionsFrom(const Config& c) {
+  runtime::DriverOptions o;
+  o.core.default_try_timeout_ms = c.transactions.try_timeout_ms;
+  o.core.default_approval_timeout_ms = c.transactions.approval_timeout_ms;
+  o.core.max_branches = c.limits.max_branches;
+  o.core.max_payload_bytes = c.limits.max_payload_bytes;
+  o.backoff.base_ms = c.retry.base_ms;
+  o.backoff.cap_ms = c.retry.cap_ms;
+  o.backoff.stuck_retry_ms = c.retry.stuck_retry_ms;
+  // Phase-2 budget before STUCK, as a number of failures at the cap.
+  o.core.stuck_after_failures = static_cast<uint32_t>(std::max<int64_t>(
+      1, c.retry.stuck_after_ms / std::max<int64_t>(1, c.retry.cap_ms)));
+  o.breaker.failure_threshold = c.circuit_breaker.failure_threshold;
+  o.breaker.open_ms = c.circuit_breaker.open_ms;
+  // One set of bounds for now: the defaults (per-participant bounds are
+  // parsed and validated, and applied once the driver takes them).
+  if (!c.participants.empty()) {
+    const auto& p = c.participants.begin()->second;
+    o.timeouts.min_ms = p.try_timeout.min_ms;
+    o.timeouts.max_ms = p.try_timeout.max_ms;
+    o.timeouts.initial_ms = p.try_timeout.initial_ms;
+  }
+  o.rng_seed = std::random_device{}();
+  return o;
+}
+
+}  // namespace
+
+absl::Status Server::Impl::Start(const Config& config,
+                                 const std::string& version) {
+  config_ = config;
+  std::error_code ec;
+  std::filesystem::create_directories(config.data_dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data_dir ", config.data_dir, ": cannot create: ", ec.message()));
+  }
+  wal::RocksDbLogOptions wal_options;
+  wal_options.data_dir = (std::filesystem::path(config.data_dir) / "wal");
+  wal_options.retention.full_record_ms = config.retention.full_record_ms;
+  wal_options.retention.compact_entry_ms = config.retention.compact_entry_ms;
+  wal_options.retention.max_bytes = config.retention.max_bytes;
+  auto log = wal::RocksDbLog::Open(wal_options);
+  if (!log.ok()) return log.status();
+  log_ = std::move(*log);
+
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  threads_ = std::make_unique<AsioThreads>(cores);
+  clock_ = std::make_unique<SystemClockRuntime>(threads_->context());
+  const size_t shards = config.shards == 0 ? cores : config.shards;
+  std::vector<runtime::Executor*> shard_ptrs;
+  for (size_t i = 0; i < shards; ++i) {
+    shards_.push_back(std::make_unique<StrandExecutor>(threads_->context()));
+    shard_ptrs.push_back(shards_.back().get());
+  }
+
+  client_ = std::make_unique<rpc::ParticipantClient>();
+  for (const auto& [name, p] : config.participants) {
+    if (absl::Status s = client_->Add(name, p.address); !s.ok()) return s;
+  }
+  transport_ = std::make_unique<rpc::GrpcTransport>(
+      *client_,
+      [this](std::function<void()> task) {
+        boost::asio::post(threads_->context(), std::move(task));
+      },
+      config.allow_direct_targets);
+
+  metrics_ = std::make_unique<CoordinatorMetrics>();
+  if (!config.metrics_listen.empty()) {
+    auto endpoint =
+        MetricsEndpoint::Start(config.metrics_listen, metrics_->registry());
+    if (!endpoint.ok()) return endpoint.status();
+    metrics_endpoint_ = std::move(*endpoint);
+  }
+
+  backend_ = std::make_unique<DriverBackend>(*log_, *clock_, metrics_.get());
+  driver_ = std::make_unique<runtime::Driver>(DriverOptionsFrom(config),
+                                              shard_ptrs, *clock_, *transport_,
+                                              *log_, backend_.get());
+  backend_->Attach(driver_.get());
+  if (absl::Status s = driver_->Start(); !s.ok()) return s;
+
+  rpc::CoordinatorServiceOptions svc;
+  svc.participant_known = [this](const std::string& name) {
+    return config_.participants.count(name) != 0;
+  };
+  svc.allow_direct_targets = config.allow_direct_targets;
+  svc.now_ms = [this] { return clock_->WallMs(); };
+  svc.dedup_horizon_ms = [this] { return log_->DedupHorizonMs(); };
+  svc.max_try_timeout_ms = config.transactions.max_try_timeout_ms;
+  svc.max_approval_timeout_ms = config.transactions.max_approval_timeout_ms;
+  svc.max_list_page = config.limits.max_list_page;
+  svc.max_watch_streams = config.limits.max_watch_streams;
+  coordinator_service_ =
+      std::make_unique<rpc::CoordinatorService>(*backend_, svc);
+  admin_service_ = std::make_unique<rpc::AdminService>(*backend_, version);
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
+                           &port_);
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(config.limits.max_request_bytes));
+  builder.RegisterService(coordinator_service_.get());
+  const bool admin_apart = !config.admin_listen.empty();
+  if (!admin_apart) builder.RegisterService(admin_service_.get());
+  grpc_server_ = builder.BuildAndStart();
+  if (!grpc_server_ || port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", config.listen));
+  }
+  admin_port_ = port_;
+  if (admin_apart) {
+    grpc::ServerBuilder admin;
+    admin.AddListeningPort(config.admin_listen,
+                           grpc::InsecureServerCredentials(), &admin_port_);
+    admin.RegisterService(admin_service_.get());
+    admin_server_ = admin.BuildAndStart();
+    if (!admin_server_ || admin_port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", config.admin_listen));
+    }
+  }
+  ScheduleRetention();
+  return absl::OkStatus();
+}
+
+void Server::Impl::ScheduleRetention() {
+  clock_->Schedule(config_.retention.run_every_ms, [this] {
+    if (stopped_) return;
+    if (absl::Status s = log_->RunRetention(clock_->WallMs()); !s.ok()) {
+      spdlog::warn("retention: {}", s.ToString());
+    }
+    ScheduleRetention();
+  });
+}
+
+absl::Status Server::Impl::Stop() {
+  if (stopped_) return log_ ? log_->failure() : absl::OkStatus();
+  stopped_ = true;
+  // Stop accepting; callers still waiting are answered UNAVAILABLE so the
+  // servers can finish their calls.
+  if (backend_) backend_->Shutdown();
+  const gpr_timespec deadline = gpr_time_add(
+      gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_seconds(5, GPR_TIMESPAN));
+  if (grpc_server_) grpc_server_->Shutdown(deadline);
+  if (admin_server_) admin_server_->Shutdown(deadline);
+  if (backend_) backend_->Shutdown();  // anything that slipped in meanwhile
+  // Join the threads before the driver goes, so no task runs into it; keep
+  // the io_context itself until the WAL's writer (which may still post
+  // completions) is gone.
+  if (threads_) threads_->Stop();
+  driver_.reset();
+  absl::Status failure = log_ ? log_->failure() : absl::OkStatus();
+  log_.reset();  // completes every queued append, then closes
+  clock_.reset();
+  shards_.clear();
+  threads_.reset();
+  metrics_endpoint_.reset();
+  return failure;
+}
+
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() { (void)Stop(); }
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(
+    const Config& config, const std::string& version) {
+  auto impl = std::make_unique<Impl>();
+  if (absl::Status s = impl->Start(config, version); !s.ok()) {
+    (void)impl->Stop();
+    return s;
+  }
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+int Server::port() const { return impl_->port_; }
+int Server::admin_port() const { return impl_->admin_port_; }
+int Server::metrics_port() const {
+  return impl_->metrics_endpoint_ ? impl_->metrics_endpoint_->port() : 0;
+}
+absl::Status Server::Stop() { return impl_->Stop(); }
+absl::Status Server::WalFailure() const {
+  return impl_->log_ ? impl_->log_->failure() : absl::OkStatus();
+}
+
+}  // namespace tcc::server

@@ -1,0 +1,45 @@
+// The daemon: wires the config into the WAL (RocksDB), the driver (on Asio
+// strands and the real clock), the gRPC participant transport, the gRPC
+// services, metrics and retention, and runs their lifecycle:
+//
+//   Start     open the WAL (refusing a corrupt one), take a new owner epoch,
+//             start recovery in the background, start serving
+//   Stop      stop accepting, answer waiting callers UNAVAILABLE, let queued
+//             WAL writes finish, close
+//
+// Not thread-safe: one thread starts and stops it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/config.h"
+
+namespace tcc::server {
+
+class Server {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Server>> Start(
+      const Config& config, const std::string& version);
+  ~Server();  // Stop()s if still running
+
+  int port() const;          // the client API's bound port
+  int admin_port() const;    // == port() when served together
+  int metrics_port() const;  // 0 when off
+
+  // Graceful stop; idempotent. Returns the WAL's fail-stop error, if it
+  // failed while running (the caller exits non-zero then).
+  absl::Status Stop();
+
+  // The WAL's fail-stop error, OK while it works.
+  absl::Status WalFailure() const;
+
+  class Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tcc::server
