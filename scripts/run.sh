@@ -1,8 +1,91 @@
 #!/usr/bin/env bash
-# Builds and starts tccd. (Until the daemon lands, tccd prints its version and
-# config and exits.)
+# The demo: builds tccd and the bank demo, starts two bank participants
+# (bank-a, bank-b, on the embedded RocksDB barrier store) and tccd (on its
+# embedded RocksDB WAL, fsync on), all on 127.0.0.1 with ports the OS picks,
+# data under ./.tccd-demo/, then submits three transfers and prints each
+# outcome and the balances. Keeps serving until Ctrl-C.
+#
+#   scripts/run.sh          the demo, then serve until Ctrl-C
+#   scripts/run.sh --once   the demo, then stop everything; exit 0 only if
+#                           every outcome was the expected one
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/build.sh
+once=0
+[ "${1:-}" = "--once" ] && once=1
+
+[ "${TCC_SKIP_BUILD:-0}" = 1 ] || scripts/build.sh >/dev/null
 build_dir=${TCC_BUILD_DIR:-build}
-exec "$build_dir/coordinator/tccd" --config config/tccd.yaml "$@"
+bin_tccd=$build_dir/coordinator/tccd
+bin_bank=$build_dir/participant-sdk/examples/bank/tcc-bank
+bin_demo=$build_dir/participant-sdk/examples/bank/tcc-bank-demo
+demo_dir=${TCC_DEMO_DIR:-$PWD/.tccd-demo}
+rm -rf "$demo_dir"
+mkdir -p "$demo_dir"
+
+pids=()
+stop_all() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  pids=()
+}
+trap stop_all EXIT
+trap 'echo; echo "stopping"; exit 0' INT TERM
+
+# Starts a server in the background and prints the port of its
+# "listening on HOST:PORT" line (waits up to 30 s).
+start() {
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1 &
+  pids+=($!)
+  local port=""
+  for _ in $(seq 300); do
+    port=$(grep -oP '^listening on 127\.0\.0\.1:\K[0-9]+$' "$log" || true)
+    [ -n "$port" ] && break
+    if ! kill -0 "${pids[-1]}" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  if [ -z "$port" ]; then
+    echo "run.sh: $* did not start; its log:" >&2
+    cat "$log" >&2
+    exit 1
+  fi
+  echo "$port"
+}
+
+port_a=$(start "$demo_dir/bank-a.log" "$bin_bank" --name bank-a \
+  --listen 127.0.0.1:0 --data-dir "$demo_dir/bank-a" --accounts 10 \
+  --initial-balance 100)
+port_b=$(start "$demo_dir/bank-b.log" "$bin_bank" --name bank-b \
+  --listen 127.0.0.1:0 --data-dir "$demo_dir/bank-b" --accounts 10 \
+  --initial-balance 100)
+port_t=$(start "$demo_dir/tccd.log" "$bin_tccd" --config config/tccd.yaml \
+  --data-dir "$demo_dir/tccd" --listen 127.0.0.1:0 \
+  --metrics-listen 127.0.0.1:0 \
+  --participant "bank-a=127.0.0.1:$port_a" \
+  --participant "bank-b=127.0.0.1:$port_b")
+metrics=$(grep -oP '^metrics: \K.*' "$demo_dir/tccd.log" || true)
+
+echo "tccd on 127.0.0.1:$port_t (WAL in $demo_dir/tccd, fsync on)"
+echo "bank-a on 127.0.0.1:$port_a, bank-b on 127.0.0.1:$port_b (10 accounts of 100 each)"
+echo "logs: $demo_dir/*.log"
+
+rc=0
+"$bin_demo" --tccd "127.0.0.1:$port_t" --bank-a "127.0.0.1:$port_a" \
+  --bank-b "127.0.0.1:$port_b" || rc=$?
+echo "metrics: $metrics"
+
+if [ $once = 1 ]; then
+  exit $rc
+fi
+echo
+echo "Serving until Ctrl-C. Try: $bin_demo --tccd 127.0.0.1:$port_t --bank-a 127.0.0.1:$port_a --bank-b 127.0.0.1:$port_b"
+while true; do
+  for pid in "${pids[@]}"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "run.sh: a process stopped; see $demo_dir/*.log" >&2
+      exit 1
+    fi
+  done
+  sleep 1
+done

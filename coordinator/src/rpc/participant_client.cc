@@ -9,9 +9,11 @@ namespace tcc::rpc {
 namespace {
 
 // Keeps the context and the reply alive until gRPC calls back.
-template <typename Response, typename Done>
+// The request is copied in: gRPC may serialize it after the call returns.
+template <typename Request, typename Response, typename Done>
 struct PendingCall {
   grpc::ClientContext context;
+  Request request;
   Response response;
   Done done;
 };
@@ -55,8 +57,9 @@ void ParticipantClient::Call(const std::string& participant, ParticipantOp op,
         absl::StrCat("no participant named ", participant)));
     return;
   }
-  using Call = PendingCall<tcc::v1::BranchResponse, BranchReply>;
-  auto* call = new Call{{}, {}, std::move(done)};
+  using Call =
+      PendingCall<tcc::v1::BranchRequest, tcc::v1::BranchResponse, BranchReply>;
+  auto* call = new Call{{}, request, {}, std::move(done)};
   call->context.set_deadline(
       gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                    gpr_time_from_millis(timeout_ms, GPR_TIMESPAN)));
@@ -70,14 +73,16 @@ void ParticipantClient::Call(const std::string& participant, ParticipantOp op,
   };
   switch (op) {
     case ParticipantOp::kTry:
-      stub->async()->Try(&call->context, &request, &call->response, on_done);
+      stub->async()->Try(&call->context, &call->request, &call->response,
+                         on_done);
       break;
     case ParticipantOp::kConfirm:
-      stub->async()->Confirm(&call->context, &request, &call->response,
+      stub->async()->Confirm(&call->context, &call->request, &call->response,
                              on_done);
       break;
     case ParticipantOp::kCancel:
-      stub->async()->Cancel(&call->context, &request, &call->response, on_done);
+      stub->async()->Cancel(&call->context, &call->request, &call->response,
+                            on_done);
       break;
   }
 }
@@ -91,12 +96,13 @@ void ParticipantClient::Query(const std::string& participant,
         absl::StrCat("no participant named ", participant)));
     return;
   }
-  using Call = PendingCall<tcc::v1::QueryResponse, QueryReply>;
-  auto* call = new Call{{}, {}, std::move(done)};
+  using Call =
+      PendingCall<tcc::v1::QueryRequest, tcc::v1::QueryResponse, QueryReply>;
+  auto* call = new Call{{}, request, {}, std::move(done)};
   call->context.set_deadline(
       gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                    gpr_time_from_millis(timeout_ms, GPR_TIMESPAN)));
-  stub->async()->Query(&call->context, &request, &call->response,
+  stub->async()->Query(&call->context, &call->request, &call->response,
                        [call](grpc::Status status) {
                          if (status.ok()) {
                            call->done(std::move(call->response));

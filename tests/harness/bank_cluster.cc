@@ -1,0 +1,257 @@
+#include "bank_cluster.h"
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace tcc::harness {
+namespace {
+
+constexpr int64_t kStartTimeoutMs = 30000;
+
+void SetDeadline(grpc::ClientContext& ctx, int64_t ms) {
+  ctx.set_deadline(gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                gpr_time_from_millis(ms, GPR_TIMESPAN)));
+}
+
+}  // namespace
+
+BankCluster::BankCluster(ClusterOptions options)
+    : options_(std::move(options)) {}
+
+BankCluster::~BankCluster() {
+  if (tccd_) tccd_->Kill();
+  for (auto& [name, p] : banks_) {
+    if (p) p->Kill();
+  }
+}
+
+absl::Status BankCluster::Start() {
+  std::filesystem::create_directories(options_.root_dir);
+  for (const auto& name : options_.banks) {
+    if (absl::Status s = StartBank(name); !s.ok()) return s;
+  }
+  tccd_port_ = FreeLoopbackPort();
+  if (absl::Status s = StartTccd(); !s.ok()) return s;
+  client_ = NewClient();
+  return absl::OkStatus();
+}
+
+absl::Status BankCluster::StartBank(const std::string& name) {
+  const int port = bank_ports_.count(name) ? bank_ports_[name] : 0;
+  std::vector<std::string> argv = {options_.bank_bin,
+                                   "--name",
+                                   name,
+                                   "--listen",
+                                   absl::StrCat("127.0.0.1:", port),
+                                   "--store",
+                                   options_.store,
+                                   "--data-dir",
+                                   options_.root_dir + "/" + name,
+                                   "--accounts",
+                                   std::to_string(options_.accounts),
+                                   "--initial-balance",
+                                   std::to_string(options_.initial_balance)};
+  if (options_.store == "postgres") {
+    argv.push_back("--pg-url");
+    argv.push_back(options_.pg_url);
+  }
+  std::map<std::string, std::string> env;
+  if (options_.bank_env.count(name)) env = options_.bank_env[name];
+  auto p = Process::Start(
+      ProcessOptions{argv, env, options_.root_dir + "/" + name + ".log", name});
+  if (!p.ok()) return p.status();
+  auto listening = (*p)->WaitForListening(kStartTimeoutMs);
+  if (!listening.ok()) return listening.status();
+  bank_ports_[name] = *listening;
+  banks_[name] = std::move(*p);
+  if (!bank_stubs_.count(name)) {
+    bank_stubs_[name] = tcc::examples::bank::Bank::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", *listening),
+                            grpc::InsecureChannelCredentials()));
+  }
+  return absl::OkStatus();
+}
+
+void BankCluster::KillBank(const std::string& name) {
+  if (banks_[name]) banks_[name]->Kill();
+}
+
+absl::Status BankCluster::StartTccd() {
+  std::vector<std::string> argv = {options_.tccd_bin,
+                                   "--data-dir",
+                                   options_.root_dir + "/tccd",
+                                   "--listen",
+                                   absl::StrCat("127.0.0.1:", tccd_port_),
+                                   "--metrics-listen",
+                                   "off",
+                                   "--log-level",
+                                   "info"};
+  for (const auto& name : options_.banks) {
+    argv.push_back("--participant");
+    argv.push_back(absl::StrCat(name, "=127.0.0.1:", bank_ports_[name]));
+  }
+  for (const auto& a : options_.tccd_args) argv.push_back(a);
+  ++tccd_starts_;
+  // A port just released by a killed tccd can take a moment to be free.
+  absl::Status last;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    auto p = Process::Start(ProcessOptions{
+        argv, options_.tccd_env, options_.root_dir + "/tccd.log", "tccd"});
+    if (!p.ok()) return p.status();
+    auto listening = (*p)->WaitForListening(kStartTimeoutMs);
+    if (listening.ok()) {
+      tccd_ = std::move(*p);
+      return absl::OkStatus();
+    }
+    last = listening.status();
+    (*p)->Kill();
+    if (last.message().find("cannot listen") == absl::string_view::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return last;
+}
+
+void BankCluster::KillTccd() {
+  if (tccd_) tccd_->Kill();
+}
+
+absl::StatusOr<int> BankCluster::StopTccd(int64_t timeout_ms) {
+  if (!tccd_) return absl::FailedPreconditionError("tccd not started");
+  tccd_->Signal(SIGTERM);
+  return tccd_->Wait(timeout_ms);
+}
+
+std::unique_ptr<client::CoordinatorClient> BankCluster::NewClient(
+    int max_attempts, int64_t attempt_timeout_ms) {
+  client::ClientOptions o;
+  o.address = absl::StrCat("127.0.0.1:", tccd_port_);
+  o.max_attempts = max_attempts;
+  o.attempt_timeout_ms = attempt_timeout_ms;
+  o.backoff_base_ms = 100;
+  o.backoff_cap_ms = 1000;
+  return std::make_unique<client::CoordinatorClient>(o);
+}
+
+tcc::v1::SubmitRequest BankCluster::Transfer(const std::string& from_bank,
+                                             uint32_t from,
+                                             const std::string& to_bank,
+                                             uint32_t to, int64_t amount) {
+  tcc::v1::SubmitRequest req;
+  auto* d = req.add_branches();
+  d->set_branch_id("debit");
+  d->set_participant(from_bank);
+  d->set_action("debit");
+  d->set_payload(absl::StrCat(from, ":", amount));
+  auto* c = req.add_branches();
+  c->set_branch_id("credit");
+  c->set_participant(to_bank);
+  c->set_action("credit");
+  c->set_payload(absl::StrCat(to, ":", amount));
+  req.set_wait_for(tcc::v1::WAIT_FOR_FINISHED);
+  return req;
+}
+
+absl::StatusOr<tcc::examples::bank::Totals> BankCluster::Totals(
+    const std::string& bank) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, 10000);
+  tcc::examples::bank::Totals out;
+  grpc::Status s = bank_stubs_.at(bank)->GetTotals(
+      &ctx, tcc::examples::bank::GetTotalsRequest(), &out);
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat(bank, ": ", s.error_message()));
+  }
+  return out;
+}
+
+absl::StatusOr<tcc::examples::bank::Account> BankCluster::Account(
+    const std::string& bank, uint32_t account) {
+  grpc::ClientContext ctx;
+  SetDeadline(ctx, 10000);
+  tcc::examples::bank::GetAccountRequest req;
+  req.set_account(account);
+  tcc::examples::bank::Account out;
+  grpc::Status s = bank_stubs_.at(bank)->GetAccount(&ctx, req, &out);
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat(bank, ": ", s.error_message()));
+  }
+  return out;
+}
+
+absl::Status BankCluster::CheckFinal(const std::vector<std::string>& gids,
+                                     int64_t timeout_ms) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  auto checker = NewClient(3, 5000);
+  for (const auto& gid : gids) {
+    while (true) {
+      auto view = checker->Get(gid);
+      if (view.ok() && (view->state() == tcc::v1::TXN_STATE_CONFIRMED ||
+                        view->state() == tcc::v1::TXN_STATE_CANCELLED)) {
+        const bool confirmed = view->state() == tcc::v1::TXN_STATE_CONFIRMED;
+        for (const auto& b : view->branches()) {
+          const auto& p2 = b.second_phase();
+          const bool done = p2.state() == tcc::v1::PHASE_STATE_SUCCEEDED;
+          const bool never_tried =
+              !confirmed &&
+              b.try_phase().state() == tcc::v1::PHASE_STATE_NOT_SENT;
+          if (!done && !never_tried) {
+            return absl::InternalError(
+                absl::StrCat(gid, " is ", tcc::v1::TxnState_Name(view->state()),
+                             " but branch ", b.branch_id(), " phase 2 is ",
+                             tcc::v1::PhaseState_Name(p2.state())));
+          }
+          if (confirmed &&
+              b.try_phase().outcome() != tcc::v1::OUTCOME_EXECUTED) {
+            return absl::InternalError(
+                absl::StrCat(gid, " confirmed with branch ", b.branch_id(),
+                             " whose Try is not EXECUTED"));
+          }
+        }
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat(gid, " not final in time: ",
+                         view.ok() ? tcc::v1::TxnState_Name(view->state())
+                                   : view.status().ToString()));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  int64_t total = 0;
+  for (const auto& bank : options_.banks) {
+    // Reservations are released by phase 2, which may still be finishing at
+    // a participant right after tccd marked the transaction final: wait.
+    while (true) {
+      auto t = Totals(bank);
+      if (!t.ok()) return t.status();
+      if (t->frozen() == 0 && t->incoming() == 0) {
+        total += t->balance();
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        return absl::InternalError(absl::StrCat(bank, " still holds frozen ",
+                                                t->frozen(), " incoming ",
+                                                t->incoming()));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  if (total != initial_total()) {
+    return absl::InternalError(
+        absl::StrCat("money not conserved: ", total, " != ", initial_total()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tcc::harness

@@ -1,0 +1,415 @@
+// tccd end to end: real tccd and tcc-bank processes on 127.0.0.1, the SDK's
+// initiator client, RocksDB on disk under a temp dir (issue 6's list).
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "bank_cluster.h"
+
+namespace {
+
+namespace v1 = tcc::v1;
+using tcc::harness::BankCluster;
+using tcc::harness::ClusterOptions;
+
+std::string TempDir(const std::string& name) {
+  std::string tmpl = std::filesystem::temp_directory_path().string() +
+                     "/tccd-it-" + name + "-XXXXXX";
+  REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+  return tmpl;
+}
+
+ClusterOptions Options(const std::string& name) {
+  ClusterOptions o;
+  o.root_dir = TempDir(name);
+  o.tccd_bin = TCC_TCCD_BIN;
+  o.bank_bin = TCC_BANK_BIN;
+  o.accounts = 20;
+  o.initial_balance = 1000;
+  // Short timeouts so failure paths run in seconds.
+  o.tccd_args = {"--log-level", "info"};
+  return o;
+}
+
+struct Cleanup {
+  std::string dir;
+  ~Cleanup() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+int64_t BalanceOf(BankCluster& c, const std::string& bank, uint32_t account) {
+  auto a = c.Account(bank, account);
+  REQUIRE(a.ok());
+  return a->balance();
+}
+
+}  // namespace
+
+TEST_CASE("happy commit moves the money once") {
+  BankCluster c(Options("happy"));
+  REQUIRE(c.Start().ok());
+  auto req = c.Transfer("bank-a", 1, "bank-b", 2, 25);
+  auto r = c.client().Submit(req);
+  REQUIRE(r.ok());
+  CHECK(r->transaction().state() == v1::TXN_STATE_CONFIRMED);
+  CHECK(r->transaction().decision() == v1::DECISION_CONFIRM);
+  CHECK(r->transaction().content_hash().size() == 32);
+  for (const auto& b : r->transaction().branches()) {
+    CHECK(b.try_phase().outcome() == v1::OUTCOME_EXECUTED);
+    CHECK(b.second_phase().state() == v1::PHASE_STATE_SUCCEEDED);
+  }
+  CHECK(BalanceOf(c, "bank-a", 1) == 975);
+  CHECK(BalanceOf(c, "bank-b", 2) == 1025);
+  auto got = c.client().Get(req.gid());
+  REQUIRE(got.ok());
+  CHECK(got->state() == v1::TXN_STATE_CONFIRMED);
+  CHECK(c.CheckFinal({req.gid()}, 10000).ok());
+}
+
+TEST_CASE("a rejected Try cancels every branch") {
+  BankCluster c(Options("reject"));
+  REQUIRE(c.Start().ok());
+  // Three branches: the debit is refused (funds short); both credits are
+  // cancelled, by empty rollback if their Try never ran there.
+  auto req = c.Transfer("bank-a", 3, "bank-b", 4, 5000);
+  auto* extra = req.add_branches();
+  extra->set_branch_id("credit2");
+  extra->set_participant("bank-a");
+  extra->set_action("credit");
+  extra->set_payload("5:5000");
+  auto r = c.client().Submit(req);
+  REQUIRE(r.ok());
+  CHECK(r->transaction().state() == v1::TXN_STATE_CANCELLED);
+  CHECK(r->transaction().decision_reason().find("REJECTED") !=
+        std::string::npos);
+  for (const auto& b : r->transaction().branches()) {
+    INFO(b.branch_id());
+    CHECK(b.second_phase().state() == v1::PHASE_STATE_SUCCEEDED);
+    CHECK((b.second_phase().outcome() == v1::OUTCOME_EXECUTED ||
+           b.second_phase().outcome() == v1::OUTCOME_EMPTY_ROLLBACK));
+  }
+  CHECK(BalanceOf(c, "bank-a", 3) == 1000);
+  CHECK(BalanceOf(c, "bank-b", 4) == 1000);
+  CHECK(BalanceOf(c, "bank-a", 5) == 1000);
+  CHECK(c.CheckFinal({req.gid()}, 10000).ok());
+}
+
+TEST_CASE("duplicate Submit is answered once; same gid other content refused") {
+  BankCluster c(Options("dup"));
+  REQUIRE(c.Start().ok());
+  auto req = c.Transfer("bank-a", 6, "bank-b", 7, 10);
+  auto first = c.client().Submit(req);
+  REQUIRE(first.ok());
+  CHECK(!first->duplicate());
+  auto again = c.client().Submit(req);  // same gid, created_at, content
+  REQUIRE(again.ok());
+  CHECK(again->duplicate());
+  CHECK(again->transaction().state() == v1::TXN_STATE_CONFIRMED);
+  CHECK(BalanceOf(c, "bank-a", 6) == 990);  // moved once, not twice
+
+  auto other = req;
+  other.mutable_branches(0)->set_payload("6:11");
+  auto conflict = c.client().Submit(other);
+  CHECK(conflict.status().code() == absl::StatusCode::kAlreadyExists);
+  CHECK(BalanceOf(c, "bank-a", 6) == 990);
+}
+
+TEST_CASE("interactive mode: commit, expected ids, and an expired OPEN") {
+  BankCluster c(Options("interactive"));
+  REQUIRE(c.Start().ok());
+  v1::BeginRequest begin;
+  begin.set_timeout_ms(20000);
+  REQUIRE(c.client().Begin(begin).ok());
+  v1::TryRequest t;
+  t.set_gid(begin.gid());
+  t.mutable_branch()->set_branch_id("d");
+  t.mutable_branch()->set_participant("bank-a");
+  t.mutable_branch()->set_action("debit");
+  t.mutable_branch()->set_payload("8:40");
+  auto tried = c.client().Try(t);
+  REQUIRE(tried.ok());
+  CHECK(tried->branch().try_phase().state() == v1::PHASE_STATE_SUCCEEDED);
+  auto dup = c.client().Try(t);
+  REQUIRE(dup.ok());
+  CHECK(dup->duplicate());
+  auto changed = t;
+  changed.mutable_branch()->set_payload("8:41");
+  CHECK(c.client().Try(changed).status().code() ==
+        absl::StatusCode::kAlreadyExists);
+
+  v1::CommitRequest wrong;
+  wrong.set_gid(begin.gid());
+  wrong.add_expected_branch_ids("d");
+  wrong.add_expected_branch_ids("missing");
+  auto refused = c.client().Commit(wrong);
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(refused.status().message().find("d") != absl::string_view::npos);
+
+  v1::CommitRequest commit;
+  commit.set_gid(begin.gid());
+  commit.add_expected_branch_ids("d");
+  auto done = c.client().Commit(commit);
+  REQUIRE(done.ok());
+  CHECK(done->transaction().state() == v1::TXN_STATE_CONFIRMED);
+  auto again = c.client().Commit(commit);  // idempotent
+  REQUIRE(again.ok());
+  CHECK(again->transaction().state() == v1::TXN_STATE_CONFIRMED);
+  v1::RollbackRequest rollback;
+  rollback.set_gid(begin.gid());
+  CHECK(c.client().Rollback(rollback).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(BalanceOf(c, "bank-a", 8) == 960);
+
+  // An OPEN transaction whose deadline passes is cancelled, its reservation
+  // released.
+  v1::BeginRequest short_begin;
+  short_begin.set_timeout_ms(800);
+  REQUIRE(c.client().Begin(short_begin).ok());
+  v1::TryRequest t2 = t;
+  t2.set_gid(short_begin.gid());
+  t2.mutable_branch()->set_payload("9:50");
+  auto tried2 = c.client().Try(t2);
+  REQUIRE(tried2.ok());
+  auto totals = c.Totals("bank-a");
+  REQUIRE(totals.ok());
+  CHECK(totals->frozen() == 50);
+  CHECK(c.CheckFinal({begin.gid(), short_begin.gid()}, 20000).ok());
+  auto view = c.client().Get(short_begin.gid());
+  REQUIRE(view.ok());
+  CHECK(view->state() == v1::TXN_STATE_CANCELLED);
+  CHECK(BalanceOf(c, "bank-a", 9) == 1000);
+}
+
+TEST_CASE("bad input is refused with the right status and changes nothing") {
+  BankCluster c(Options("bad"));
+  REQUIRE(c.Start().ok());
+  auto client = c.NewClient(1, 5000);
+  auto code = [&](v1::SubmitRequest req) {
+    return client->Submit(req).status().code();
+  };
+  auto base = c.Transfer("bank-a", 1, "bank-b", 2, 1);
+  {
+    auto r = base;
+    r.set_gid("bad gid!");
+    CHECK(code(r) == absl::StatusCode::kInvalidArgument);
+  }
+  {
+    auto r = base;
+    r.set_gid(std::string(129, 'g'));
+    CHECK(code(r) == absl::StatusCode::kInvalidArgument);
+  }
+  {
+    auto r = base;
+    r.mutable_branches(0)->set_participant("bank-z");
+    CHECK(code(r) == absl::StatusCode::kInvalidArgument);
+  }
+  {
+    auto r = base;
+    r.mutable_branches(0)->set_participant("10.1.2.3:80");
+    CHECK(code(r) == absl::StatusCode::kInvalidArgument);
+  }
+  {
+    auto r = base;
+    r.mutable_branches(1)->set_branch_id("debit");  // duplicate id
+    CHECK(code(r) == absl::StatusCode::kInvalidArgument);
+  }
+  {
+    auto r = base;
+    r.mutable_branches(0)->set_payload(std::string(64 * 1024 + 1, 'x'));
+    CHECK(code(r) == absl::StatusCode::kInvalidArgument);
+  }
+  {
+    auto r = base;
+    r.mutable_branches(0)->set_payload(std::string(1100 * 1024, 'x'));
+    CHECK(code(r) == absl::StatusCode::kResourceExhausted);  // > 1 MiB
+  }
+  {
+    auto r = base;
+    r.clear_branches();
+    for (int i = 0; i < 65; ++i) {
+      auto* b = r.add_branches();
+      b->set_branch_id("b" + std::to_string(i));
+      b->set_participant("bank-a");
+      b->set_action("credit");
+      b->set_payload("1:1");
+    }
+    CHECK(code(r) == absl::StatusCode::kInvalidArgument);
+  }
+  {
+    auto r = base;
+    r.clear_branches();
+    CHECK(code(r) == absl::StatusCode::kInvalidArgument);
+  }
+  {
+    v1::SubmitRequest r = base;
+    r.set_gid("g-explicit");
+    r.set_created_at_ms(-5);
+    CHECK(code(r) == absl::StatusCode::kInvalidArgument);
+  }
+  {
+    auto r = base;
+    r.set_approval_gate(true);
+    CHECK(code(r) == absl::StatusCode::kUnimplemented);
+  }
+  v1::CommitRequest commit;
+  commit.set_gid("never-seen");
+  CHECK(client->Commit(commit).status().code() == absl::StatusCode::kNotFound);
+  v1::RollbackRequest rollback;
+  rollback.set_gid("never-seen");
+  CHECK(client->Rollback(rollback).status().code() ==
+        absl::StatusCode::kNotFound);
+  CHECK(client->Get("never-seen").status().code() ==
+        absl::StatusCode::kNotFound);
+  // Nothing moved, nothing frozen.
+  CHECK(c.CheckFinal({}, 5000).ok());
+}
+
+TEST_CASE("a participant down at Try: unknown, then resolved by Query") {
+  // bank-b commits the Try, then dies before replying (failpoint). tccd does
+  // not know the outcome; after bank-b restarts, Query says TRIED, so tccd
+  // confirms: no double Try, the money moves once.
+  ClusterOptions o = Options("query");
+  o.bank_env["bank-b"] = {
+      {"TCC_FAILPOINTS", "participant.after_commit=crash@1"}};
+  o.tccd_args = {"--log-level", "info"};
+  BankCluster c(o);
+  REQUIRE(c.Start().ok());
+  auto req = c.Transfer("bank-a", 10, "bank-b", 11, 70);
+  req.set_try_timeout_ms(30000);
+  req.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+  auto r = c.client().Submit(req);
+  REQUIRE(r.ok());
+  auto status = c.bank("bank-b")->Wait(20000);  // it crashes at the failpoint
+  REQUIRE(status.ok());
+  CHECK(WIFSIGNALED(*status));
+  c.KillBank("bank-b");
+  // Restart without the failpoint.
+  REQUIRE(c.StartBank("bank-b").ok());
+  CHECK(c.CheckFinal({req.gid()}, 30000).ok());
+  auto view = c.client().Get(req.gid());
+  REQUIRE(view.ok());
+  CHECK(view->state() == v1::TXN_STATE_CONFIRMED);
+  CHECK(BalanceOf(c, "bank-a", 10) == 930);
+  CHECK(BalanceOf(c, "bank-b", 11) == 1070);
+}
+
+TEST_CASE("a participant down at Try past the deadline: Cancel") {
+  BankCluster c(Options("deadline"));
+  REQUIRE(c.Start().ok());
+  c.KillBank("bank-b");
+  auto req = c.Transfer("bank-a", 12, "bank-b", 13, 30);
+  req.set_try_timeout_ms(1500);
+  req.set_wait_for(v1::WAIT_FOR_DECIDED);
+  auto r = c.client().Submit(req);
+  REQUIRE(r.ok());
+  CHECK(r->transaction().decision() == v1::DECISION_CANCEL);
+  REQUIRE(c.StartBank("bank-b").ok());  // the Cancel reaches it now
+  CHECK(c.CheckFinal({req.gid()}, 30000).ok());
+  CHECK(BalanceOf(c, "bank-a", 12) == 1000);
+  CHECK(BalanceOf(c, "bank-b", 13) == 1000);
+}
+
+TEST_CASE("a participant down during Confirm is retried until it is back") {
+  // bank-b dies right after committing its Confirm (2nd call there), before
+  // replying; tccd keeps re-sending Confirm; after the restart the barrier
+  // replays the stored answer.
+  ClusterOptions o = Options("confirm");
+  o.bank_env["bank-b"] = {
+      {"TCC_FAILPOINTS", "participant.after_commit=crash@2"}};
+  BankCluster c(o);
+  REQUIRE(c.Start().ok());
+  auto req = c.Transfer("bank-a", 14, "bank-b", 15, 20);
+  req.set_wait_for(v1::WAIT_FOR_DECIDED);
+  auto r = c.client().Submit(req);
+  REQUIRE(r.ok());
+  CHECK(r->transaction().decision() == v1::DECISION_CONFIRM);
+  auto status = c.bank("bank-b")->Wait(20000);
+  REQUIRE(status.ok());
+  c.KillBank("bank-b");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto mid = c.client().Get(req.gid());
+  REQUIRE(mid.ok());
+  CHECK(mid->state() == v1::TXN_STATE_CONFIRMING);
+  REQUIRE(c.StartBank("bank-b").ok());
+  CHECK(c.CheckFinal({req.gid()}, 30000).ok());
+  CHECK(BalanceOf(c, "bank-b", 15) == 1020);
+}
+
+TEST_CASE(
+    "tccd killed with kill -9 mid-flight, restarted: all final, money "
+    "conserved") {
+  BankCluster c(Options("kill9"));
+  REQUIRE(c.Start().ok());
+  std::mutex mu;
+  std::vector<std::string> gids;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      auto client = c.NewClient(20, 5000);
+      while (!stop) {
+        const bool a_to_b = rng() % 2;
+        auto req = c.Transfer(a_to_b ? "bank-a" : "bank-b", rng() % 20,
+                              a_to_b ? "bank-b" : "bank-a", rng() % 20,
+                              1 + rng() % 50);
+        req.set_gid("k9-" + std::to_string(t) + "-" + std::to_string(rng()));
+        req.set_created_at_ms(0);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          gids.push_back(req.gid());
+        }
+        (void)client->Submit(req);  // may fail while tccd is down
+      }
+    });
+  }
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    c.KillTccd();
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    REQUIRE(c.StartTccd().ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  stop = true;
+  for (auto& t : callers) t.join();
+  // Some gids never reached tccd (submitted while it was down, retries
+  // exhausted): they are unknown to it, which is fine; every known one must
+  // end.
+  std::vector<std::string> known;
+  auto checker = c.NewClient(3, 5000);
+  for (const auto& g : gids) {
+    auto v = checker->Get(g);
+    if (v.ok()) known.push_back(g);
+  }
+  INFO(known.size() << " of " << gids.size() << " transactions reached tccd");
+  CHECK(known.size() > 10);
+  absl::Status final_check = c.CheckFinal(known, 60000);
+  INFO(final_check.ToString());
+  CHECK(final_check.ok());
+}
+
+TEST_CASE("SIGTERM stops tccd cleanly; a restart serves what it had") {
+  BankCluster c(Options("sigterm"));
+  REQUIRE(c.Start().ok());
+  auto req = c.Transfer("bank-a", 16, "bank-b", 17, 5);
+  REQUIRE(c.client().Submit(req).ok());
+  auto status = c.StopTccd(30000);
+  REQUIRE(status.ok());
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
+  REQUIRE(c.StartTccd().ok());
+  auto view = c.client().Get(req.gid());
+  REQUIRE(view.ok());
+  CHECK(view->state() == v1::TXN_STATE_CONFIRMED);
+  CHECK(c.CheckFinal({req.gid()}, 10000).ok());
+}
