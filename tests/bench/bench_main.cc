@@ -7,6 +7,8 @@
 //
 // Prints a Markdown table, then one machine-readable line:
 //   bench: tps=N p50_ms=N p99_ms=N p999_ms=N max_ms=N errors=N [more k=v]
+// and one per measured process (--pids, then tcc-bench itself):
+//   bench-cpu: pid=N name=S cpu_s=N cpu_s_per_1k=N   (-1: unreadable)
 // Exit status: 0 for a good run (something completed, no error), 2 for a run
 // with errors or nothing completed, 1 when it could not run.
 #include <grpcpp/grpcpp.h>
@@ -102,6 +104,12 @@ void PrintReport(const std::string& target, const LoadOptions& o,
       static_cast<unsigned long long>(r.completed()),
       static_cast<unsigned long long>(r.cancelled),
       static_cast<unsigned long long>(r.warmup_errors));
+  for (const auto& cpu : r.cpu) {
+    std::printf(
+        "bench-cpu: pid=%d name=%s cpu_s=%.3f cpu_s_per_1k=%.4f\n",
+        static_cast<int>(cpu.pid), cpu.name.c_str(), cpu.seconds,
+        cpu.seconds >= 0 && thousands > 0 ? cpu.seconds / thousands : -1.0);
+  }
   std::fflush(stdout);
 }
 
