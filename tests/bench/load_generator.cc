@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -254,13 +255,20 @@ LoadResult LoadRun::Execute() {
     const double fixed_gap = 1.0 / options_.rate_per_s;
     auto next = origin_;
     bool cpu_read = false;
-    int sent = 0;
-    while (next < window_end_) {
-      if (!cpu_read && next >= window_start_) {
-        std::this_thread::sleep_until(window_start_);
+    auto read_cpu_if_due = [&] {
+      if (!cpu_read && Clock::now() >= window_start_) {
         ReadCpu(cpu_before);
         cpu_read = true;
       }
+    };
+    int sent = 0;
+    // Sends stop at the window's end even when the schedule is behind: the
+    // run stays bounded, and what the schedule still held is counted below.
+    while (next < window_end_) {
+      if (!cpu_read && next >= window_start_) {
+        std::this_thread::sleep_until(window_start_);
+      }
+      read_cpu_if_due();
       std::this_thread::sleep_until(next);
       {
         std::unique_lock<std::mutex> lock(mu_);
@@ -270,6 +278,7 @@ LoadResult LoadRun::Execute() {
         if (in_flight_ >= options_.max_in_flight) break;
       }
       const auto now = Clock::now();
+      if (now >= window_end_) break;
       if (next >= window_start_) {
         result_.max_send_lag_ms =
             std::max(result_.max_send_lag_ms, Seconds(now - next) * 1000.0);
@@ -277,7 +286,21 @@ LoadResult LoadRun::Execute() {
       Issue(sent++, next);
       next += FromSeconds(options_.poisson ? poisson_gap(rng) : fixed_gap);
     }
-    if (!cpu_read) ReadCpu(cpu_before);
+    // Transactions the schedule put in the window but that were never sent
+    // (the target could not keep up): errors, about rate x time left.
+    const auto unsent_from = std::max(next, window_start_);
+    if (unsent_from < window_end_) {
+      const auto unsent = static_cast<uint64_t>(std::llround(
+          Seconds(window_end_ - unsent_from) * options_.rate_per_s));
+      if (unsent > 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        result_.errors["UNSENT"] += unsent;
+      }
+    }
+    if (!cpu_read) {
+      std::this_thread::sleep_until(window_start_);
+      ReadCpu(cpu_before);
+    }
     std::this_thread::sleep_until(window_end_);
     ReadCpu(cpu_after);
   }

@@ -75,8 +75,11 @@ struct LoadResult {
   uint64_t started = 0;
   uint64_t confirmed = 0;
   uint64_t cancelled = 0;
-  // Errors by kind: a gRPC status code name ("UNAVAILABLE"), or
-  // "NOT_FINAL:<state>", or "WRONG_GID".
+  // Errors by kind: a gRPC status code name ("UNAVAILABLE"),
+  // "NOT_FINAL:<state>" (answered before a final state), "WRONG_GID" (the
+  // answer is about another transaction), or, in open loop, "UNSENT"
+  // (scheduled in the window but not sent by its end: the target could not
+  // keep up, or max_in_flight was reached).
   std::map<std::string, uint64_t> errors;
   // Latency of the completed transactions (not of the errors).
   LatencySummary latency;
