@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "serve_until_signalled.h"
 #include "tcc/v1/coordinator.grpc.pb.h"
 #include "tcc/v1/participant.grpc.pb.h"
@@ -244,6 +245,10 @@ absl::Status AddParticipant(const std::string& flag, Stubs& stubs) {
 
 int main(int argc, char** argv) {
   tcc::bench::BlockTerminationSignals();
+  // Debian builds Abseil in debug mode, where every absl::Mutex (gRPC's
+  // included) keeps a lock graph for deadlock detection: a few percent of
+  // the CPU in a profile of the relay. Off, as a release build has it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{
       "tcc-baseline-relay: Submit as participant calls only (the ceiling)"};
   std::string listen = "127.0.0.1:0";

@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "load_generator.h"
 #include "tcc/v1/coordinator.grpc.pb.h"
 #include "transfer_plan.h"
@@ -116,6 +117,10 @@ void PrintReport(const std::string& target, const LoadOptions& o,
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian builds Abseil in debug mode, where every absl::Mutex (gRPC's
+  // included) keeps a lock graph for deadlock detection: a few percent of
+  // the CPU in a profile of the relay. Off, as a release build has it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"tcc-bench: Submit load against a tcc.v1.Coordinator"};
   std::string target;
   LoadOptions o;
