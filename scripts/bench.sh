@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.."
 
 quick=0
 build=1
-build_dir=build-release
+build_dir="build-release"
 out=""
 duration_s=10
 warmup_s=2
@@ -43,7 +43,7 @@ while [[ $# -gt 0 ]]; do
     --out) out=$2; shift ;;
     --duration-s) duration_s=$2; shift ;;
     --warmup-s) warmup_s=$2; shift ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -130,6 +130,7 @@ start_baseline() {
 # With "slow-fsync" as $1, every fsync of tccd and of the participants is
 # delayed by 1 ms (injected failpoint). Returns 1 while there is nothing to
 # start, and the tccd rows are skipped.
+tccd_target="" tccd_pids="" tccd_roles=""
 start_tccd_stack() {
   local variant=${1:-normal}
   : "$variant"
