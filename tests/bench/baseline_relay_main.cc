@@ -260,7 +260,8 @@ int main(int argc, char** argv) {
       ->required();
   app.add_option("--call-timeout-ms", call_timeout_ms,
                  "deadline of each participant call")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   Stubs stubs;

@@ -181,27 +181,25 @@ void LoadRun::OnDone(Call* call, const grpc::Status& status) {
   const int caller = call->caller;
   const Clock::time_point call_start = call->start;
   delete call;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!counted) {
-      if (call_start < window_start_) {
-        ++result_.warmup_answers;
-        if (!error.empty()) ++result_.warmup_errors;
-      }
-    } else {
-      if (now > last_counted_answer_) last_counted_answer_ = now;
-      if (!error.empty()) {
-        ++result_.errors[error];
-      } else if (confirmed) {
-        ++result_.confirmed;
-      } else {
-        ++result_.cancelled;
-      }
-    }
-  }
-  // The closed loop's caller goes on while the window lasts.
+  // The closed loop's caller goes on while the window lasts (sent before
+  // this call leaves in_flight_, so that never reads 0 too early).
   if (closed_loop_ && now < window_end_) Issue(caller, Clock::now());
   std::lock_guard<std::mutex> lock(mu_);
+  if (!counted) {
+    if (call_start < window_start_) {
+      ++result_.warmup_answers;
+      if (!error.empty()) ++result_.warmup_errors;
+    }
+  } else {
+    if (now > last_counted_answer_) last_counted_answer_ = now;
+    if (!error.empty()) {
+      ++result_.errors[error];
+    } else if (confirmed) {
+      ++result_.confirmed;
+    } else {
+      ++result_.cancelled;
+    }
+  }
   --in_flight_;
   answered_.notify_all();
 }
