@@ -242,7 +242,11 @@ LoadResult LoadRun::Execute() {
   std::vector<double> cpu_before;
   std::vector<double> cpu_after;
   if (closed_loop_) {
-    for (int i = 0; i < options_.concurrency; ++i) Issue(i, Clock::now());
+    // Every caller starts at the origin: sending the first C calls takes a
+    // moment, and on a stalled machine a long one, and that moment is part
+    // of their latency (and must not push them out of a window that starts
+    // at the origin).
+    for (int i = 0; i < options_.concurrency; ++i) Issue(i, origin_);
     std::this_thread::sleep_until(window_start_);
     ReadCpu(cpu_before);
     std::this_thread::sleep_until(window_end_);
