@@ -9,8 +9,9 @@
 //
 // What counts: the transactions whose start falls inside the measurement
 // window [warm-up end, warm-up end + duration). The start is the moment the
-// caller sent (closed loop) or the moment the schedule said to send (open
-// loop), so a late send is charged to latency. An answer in a final state
+// caller sent (closed loop; the run's origin for each caller's first call)
+// or the moment the schedule said to send (open loop), so a late send is
+// charged to latency. An answer in a final state
 // (CONFIRMED or CANCELLED) completes a transaction; a gRPC error or any other
 // state is an error, counted by kind.
 //
