@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# Benchmarks tccd against a baseline measured in the same run (issue 8), and
+# prints the results as a Markdown table.
+#
+# The baseline is the ceiling for any coordinator on this machine: the same
+# Submit load against tcc-baseline-relay, which makes the same participant
+# calls (Try, Try, then Confirm, Confirm) to two tcc-noop-participants that
+# answer at once, with no log and no barrier.
+#
+#   scripts/bench.sh            the full set (about 10 minutes once tccd runs)
+#   scripts/bench.sh --quick    the headline, C=1 and the half-rate p99 only
+#
+# Options:
+#   --quick            see above
+#   --no-build         use the binaries already in the build directory
+#   --build-dir DIR    default build-release (built in Release)
+#   --out FILE         also write the Markdown table there
+#                      (default: <build-dir>/bench/results.md)
+#   --duration-s N     measured seconds per run (default 10)
+#   --warmup-s N       warm-up seconds per run (default 2)
+#
+# Everything runs on 127.0.0.1 with ports picked by the OS; every process
+# started here is stopped on exit (also on error or Ctrl-C), and every step
+# has a time limit. The last line printed is:
+#   tcc-bench: tps=N baseline_tps=N ratio=N p50_ms=N p99_ms=N
+#     p99_half_load_ms=N single_p50_ms=N slow_fsync_tps=N recovery_tps=N
+#     errors=N
+# (one line; fields not measured print 0). errors counts every run's errors.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+build=1
+build_dir="build-release"
+out=""
+duration_s=10
+warmup_s=2
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --no-build) build=0 ;;
+    --build-dir) build_dir=$2; shift ;;
+    --out) out=$2; shift ;;
+    --duration-s) duration_s=$2; shift ;;
+    --warmup-s) warmup_s=$2; shift ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+out=${out:-$build_dir/bench/results.md}
+
+if [[ $build == 1 ]]; then
+  TCC_BUILD_TYPE=Release TCC_BUILD_DIR="$build_dir" scripts/build.sh
+fi
+bin=$build_dir/tests/bench
+for tool in tcc-bench tcc-baseline-relay tcc-noop-participant; do
+  if [[ ! -x $bin/$tool ]]; then
+    echo "bench.sh: $bin/$tool is missing (build first, or drop --no-build)" >&2
+    exit 1
+  fi
+done
+
+run_dir=$(mktemp -d "${TMPDIR:-/tmp}/tcc-bench.XXXXXX")
+started_pids=()
+
+# Stops every process started here: SIGTERM, up to 5 s of grace, SIGKILL.
+stop_pids() {
+  local pid
+  for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "$@"; do
+    for _ in $(seq 50); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+}
+cleanup() {
+  stop_pids "${started_pids[@]}"
+  started_pids=()
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_server NAME CMD...: starts CMD (which prints "listening on HOST:PORT"),
+# its output in $run_dir/NAME.log; sets server_pid and server_port.
+start_server() {
+  local name=$1
+  shift
+  local log=$run_dir/$name.log
+  "$@" >"$log" 2>&1 &
+  server_pid=$!
+  started_pids+=("$server_pid")
+  server_port=""
+  for _ in $(seq 200); do  # 20 s at most
+    server_port=$(sed -n 's/^listening on [^ ]*:\([0-9][0-9]*\)$/\1/p' "$log" |
+                  head -n1)
+    [[ -n $server_port ]] && return 0
+    if ! kill -0 "$server_pid" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  echo "bench.sh: $name did not start; its output:" >&2
+  cat "$log" >&2
+  exit 1
+}
+
+# The baseline: two no-op participants (bank-a, bank-b) and the relay.
+# Sets baseline_target and baseline_pids (relay first).
+start_baseline() {
+  start_server noop-a "$bin/tcc-noop-participant" --listen 127.0.0.1:0
+  local noop_a_pid=$server_pid noop_a_port=$server_port
+  start_server noop-b "$bin/tcc-noop-participant" --listen 127.0.0.1:0
+  local noop_b_pid=$server_pid noop_b_port=$server_port
+  start_server relay "$bin/tcc-baseline-relay" --listen 127.0.0.1:0 \
+    --participant "bank-a=127.0.0.1:$noop_a_port" \
+    --participant "bank-b=127.0.0.1:$noop_b_port"
+  baseline_target=127.0.0.1:$server_port
+  baseline_pids="$server_pid,$noop_a_pid,$noop_b_pid"
+  baseline_roles="relay,noop-a,noop-b"
+}
+
+# TODO(issue 8): tccd and the bank participants. Once they exist, this
+# starts two bank participants on the RocksDB barrier (fsync on, 10,000
+# accounts each, names bank-a and bank-b, --listen 127.0.0.1:0), then tccd
+# with its defaults (fsync on) and a config naming them, on --listen
+# 127.0.0.1:0 (with a data directory under $run_dir), through start_server,
+# and sets tccd_target, tccd_pids and tccd_roles as start_baseline does.
+# With "slow-fsync" as $1, every fsync of tccd and of the participants is
+# delayed by 1 ms (injected failpoint). Returns 1 while there is nothing to
+# start, and the tccd rows are skipped.
+tccd_target="" tccd_pids="" tccd_roles=""
+start_tccd_stack() {
+  local variant=${1:-normal}
+  : "$variant"
+  return 1
+}
+
+# TODO(issue 8): recovery. 100,000 transactions registered durably and left
+# in TRYING (a failpoint crashes tccd after registration, before any Try),
+# then the time for a restarted tccd to drive them all to a final state.
+# Prints transactions/s; prints nothing while tccd is missing.
+measure_recovery() {
+  return 0
+}
+
+table_rows=()
+total_errors=0
+# Per-run results, set by run_bench.
+r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=0
+
+# field KEY LINE: the value of KEY=VALUE in LINE.
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
+
+# run_bench LABEL TARGET PIDS ROLES TCC-BENCH-ARGS...: one tcc-bench run (in
+# bounded time), its row added to the table, its figures in r_*.
+run_bench() {
+  local label=$1 target=$2 pids=$3 roles=$4
+  shift 4
+  local log=$run_dir/bench-${#table_rows[@]}.log
+  local limit
+  limit=$(awk -v d="$duration_s" -v w="$warmup_s" 'BEGIN { print int(d + w + 60) }')
+  echo "bench.sh: $label ..." >&2
+  local rc=0
+  timeout --kill-after=5 "$limit" "$bin/tcc-bench" --target "$target" \
+    --duration-s "$duration_s" --warmup-s "$warmup_s" \
+    --participants bank-a,bank-b --accounts 10000 --pids "$pids" "$@" \
+    >"$log" 2>&1 || rc=$?
+  local line
+  line=$(grep '^bench: ' "$log" | tail -n1 || true)
+  if [[ -z $line ]]; then
+    echo "bench.sh: $label failed (exit $rc); its output:" >&2
+    cat "$log" >&2
+    r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=1
+    total_errors=$((total_errors + 1))
+    table_rows+=("| $label | failed (exit $rc) | | | | | | |")
+    return 0
+  fi
+  r_tps=$(field tps "$line") r_p50=$(field p50_ms "$line")
+  r_p99=$(field p99_ms "$line") r_p999=$(field p999_ms "$line")
+  r_max=$(field max_ms "$line") r_errors=$(field errors "$line")
+  total_errors=$((total_errors + r_errors))
+  # CPU per 1,000 transactions, by role (pids are in the order of roles).
+  local cpu="" i=0 role pid per_1k
+  IFS=, read -r -a role_list <<<"$roles,tcc-bench"
+  IFS=, read -r -a pid_list <<<"$pids"
+  for role in "${role_list[@]}"; do
+    pid=${pid_list[$i]:-}
+    if [[ -n $pid ]]; then
+      per_1k=$(sed -n "s/^bench-cpu: pid=$pid .*cpu_s_per_1k=\([^ ]*\).*/\1/p" "$log")
+    else  # tcc-bench itself is the last bench-cpu line
+      per_1k=$(grep '^bench-cpu: ' "$log" | tail -n1 |
+               sed -n 's/.*cpu_s_per_1k=\([^ ]*\).*/\1/p')
+    fi
+    cpu+="${cpu:+, }$role ${per_1k:-?}"
+    i=$((i + 1))
+  done
+  table_rows+=("| $label | $r_tps | $r_p50 | $r_p99 | $r_p999 | $r_max | $r_errors | $cpu |")
+}
+
+# The set of runs against one target. Sets headline_tps, headline_p50,
+# headline_p99, single_p50, half_load_p99.
+run_set() {
+  local name=$1 target=$2 pids=$3 roles=$4
+  run_bench "$name: C=64, 2 branches, 100 B" "$target" "$pids" "$roles" \
+    --concurrency 64 --branches 2 --payload-bytes 100
+  headline_tps=$r_tps headline_p50=$r_p50 headline_p99=$r_p99
+  run_bench "$name: C=1" "$target" "$pids" "$roles" \
+    --concurrency 1 --branches 2 --payload-bytes 100
+  single_p50=$r_p50
+  local half
+  half=$(awk -v t="$headline_tps" 'BEGIN { printf "%.1f", t / 2 }')
+  half_load_p99=0
+  if awk -v h="$half" 'BEGIN { exit !(h > 0) }'; then
+    run_bench "$name: open loop at $half/s (half of C=64)" "$target" "$pids" \
+      "$roles" --rate "$half" --branches 2 --payload-bytes 100
+    half_load_p99=$r_p99
+  fi
+  if [[ $quick == 0 ]]; then
+    local c b
+    for c in 16 256; do
+      run_bench "$name: C=$c" "$target" "$pids" "$roles" \
+        --concurrency "$c" --branches 2 --payload-bytes 100
+    done
+    for b in 1 4 8; do
+      run_bench "$name: C=64, $b branches" "$target" "$pids" "$roles" \
+        --concurrency 64 --branches "$b" --payload-bytes 100
+    done
+    run_bench "$name: C=64, 16 KiB payloads" "$target" "$pids" "$roles" \
+      --concurrency 64 --branches 2 --payload-bytes 16384
+  fi
+}
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# The tccd set first (when it exists), then the baseline, each stack stopped
+# before the next starts so they do not share the machine.
+tccd_tps=0 tccd_p50=0 tccd_p99=0 tccd_single_p50=0 tccd_half_p99=0
+slow_fsync_tps=0 recovery_tps=0
+if start_tccd_stack normal; then
+  run_set tccd "$tccd_target" "$tccd_pids" "$tccd_roles"
+  tccd_tps=$headline_tps tccd_p50=$headline_p50 tccd_p99=$headline_p99
+  tccd_single_p50=$single_p50 tccd_half_p99=$half_load_p99
+  cleanup
+  if [[ $quick == 0 ]] && start_tccd_stack slow-fsync; then
+    run_bench "tccd: C=64, 1 ms fsyncs" "$tccd_target" "$tccd_pids" \
+      "$tccd_roles" --concurrency 64 --branches 2 --payload-bytes 100
+    slow_fsync_tps=$r_tps
+    cleanup
+  fi
+  if [[ $quick == 0 ]]; then
+    recovery_tps=$(measure_recovery)
+    recovery_tps=${recovery_tps:-0}
+  fi
+else
+  echo "bench.sh: tccd and the bank participants are not available yet;" \
+       "measuring the baseline only" >&2
+fi
+
+start_baseline
+run_set baseline "$baseline_target" "$baseline_pids" "$baseline_roles"
+baseline_tps=$headline_tps
+cleanup
+
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+ratio=$(awk -v t="$tccd_tps" -v b="$baseline_tps" \
+  'BEGIN { if (t > 0 && b > 0) printf "%.3f", t / b; else print 0 }')
+
+mkdir -p "$(dirname "$out")"
+{
+  echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx |"
+  echo "|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${table_rows[@]}"
+  echo
+  echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $load_after."
+  echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback, $( [[ $quick == 1 ]] && echo quick || echo full ) set."
+} | tee "$out"
+echo "bench.sh: table written to $out; logs in $run_dir" >&2
+echo "tcc-bench: tps=$tccd_tps baseline_tps=$baseline_tps ratio=$ratio" \
+     "p50_ms=$tccd_p50 p99_ms=$tccd_p99 p99_half_load_ms=$tccd_half_p99" \
+     "single_p50_ms=$tccd_single_p50 slow_fsync_tps=$slow_fsync_tps" \
+     "recovery_tps=$recovery_tps errors=$total_errors"

@@ -1,0 +1,109 @@
+// The parts of tcc-bench that need no server: percentiles, transfer planning,
+// payload encoding, /proc/PID/stat parsing.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "latency_summary.h"
+#include "process_cpu.h"
+#include "transfer_plan.h"
+
+using tcc::bench::JsonPayloadFormat;
+using tcc::bench::LatencyRecorder;
+using tcc::bench::TransferLeg;
+using tcc::bench::TransferPlanner;
+using tcc::bench::TransferShape;
+
+TEST_CASE("percentiles are nearest-rank and ordered") {
+  std::vector<int64_t> samples;
+  for (int64_t i = 1000; i >= 1; --i) samples.push_back(i);
+  auto s = tcc::bench::Summarize(samples);
+  CHECK(s.count == 1000);
+  CHECK(s.p50_ns == 500);
+  CHECK(s.p99_ns == 990);
+  CHECK(s.p999_ns == 999);
+  CHECK(s.max_ns == 1000);
+  CHECK(s.mean_ns == Approx(500.5));
+}
+
+TEST_CASE("a single sample is every percentile; none gives zeros") {
+  LatencyRecorder one;
+  one.Record(7);
+  auto s = one.Summary();
+  CHECK(s.p50_ns == 7);
+  CHECK(s.p999_ns == 7);
+  CHECK(s.max_ns == 7);
+  LatencyRecorder none;
+  CHECK(none.Summary().count == 0);
+  CHECK(none.Summary().max_ns == 0);
+}
+
+TEST_CASE("a few slow samples show in the tail, not the median") {
+  std::vector<int64_t> samples(995, 1);
+  for (int i = 0; i < 5; ++i) samples.push_back(100);
+  auto s = tcc::bench::Summarize(samples);
+  CHECK(s.p50_ns == 1);
+  CHECK(s.p99_ns == 1);
+  CHECK(s.p999_ns == 100);
+}
+
+TEST_CASE("json payloads are padded to the size asked, and stay JSON") {
+  JsonPayloadFormat json;
+  TransferLeg leg{"bank-a", "debit", 123, 1};
+  CHECK(json.Encode(leg, 0) == R"({"account":"A123","amount":1})");
+  const std::string padded = json.Encode(leg, 100);
+  CHECK(padded.size() == 100);
+  CHECK(padded.rfind(R"({"account":"A123","amount":1,"pad":"xx)", 0) == 0);
+  CHECK(padded.substr(padded.size() - 2) == "\"}");
+  CHECK(json.Encode(leg, 16384).size() == 16384);
+  // Too small to pad: the bare encoding, never cut.
+  CHECK(json.Encode(leg, 31) == R"({"account":"A123","amount":1})");
+  CHECK(tcc::bench::MakePayloadFormat("json").ok());
+  CHECK(!tcc::bench::MakePayloadFormat("xml").ok());
+}
+
+TEST_CASE("transfers balance, spread over accounts, and are reproducible") {
+  auto planner =
+      TransferPlanner::Create(TransferShape{4, {"bank-a", "bank-b"}, 10, 42});
+  REQUIRE(planner.ok());
+  std::set<int64_t> debited;
+  for (uint64_t seq = 0; seq < 500; ++seq) {
+    auto legs = planner->Plan(seq);
+    REQUIRE(legs.size() == 4);
+    CHECK(legs[0].action == "debit");
+    CHECK(legs[0].participant == "bank-a");
+    CHECK(legs[1].participant == "bank-b");
+    CHECK(legs[2].participant == "bank-a");
+    int64_t sum = legs[0].amount;
+    for (size_t i = 1; i < legs.size(); ++i) {
+      CHECK(legs[i].action == "credit");
+      CHECK(legs[i].account != legs[0].account);
+      CHECK(legs[i].account >= 0);
+      CHECK(legs[i].account < 10);
+      sum -= legs[i].amount;
+    }
+    CHECK(sum == 0);
+    debited.insert(legs[0].account);
+  }
+  CHECK(debited.size() == 10);
+  CHECK(planner->Plan(7)[1].account == planner->Plan(7)[1].account);
+  CHECK(!TransferPlanner::Create(TransferShape{0, {"a"}, 10, 1}).ok());
+  CHECK(!TransferPlanner::Create(TransferShape{2, {}, 10, 1}).ok());
+  CHECK(!TransferPlanner::Create(TransferShape{2, {"a"}, 1, 1}).ok());
+}
+
+TEST_CASE("cpu time is read after the command name, spaces and all") {
+  const std::string stat =
+      "4242 (tcc (a) b) S 1 2 3 4 5 6 7 8 9 10 250 150 0 0 20 0 4 0 99";
+  auto s = tcc::bench::ParseProcStatCpuSeconds(stat, 100);
+  REQUIRE(s.ok());
+  CHECK(*s == Approx(4.0));
+  CHECK(!tcc::bench::ParseProcStatCpuSeconds("garbage", 100).ok());
+  CHECK(!tcc::bench::ParseProcStatCpuSeconds("1 (x) S 1 2", 100).ok());
+  auto self = tcc::bench::ProcessCpuSeconds(getpid());
+  REQUIRE(self.ok());
+  CHECK(*self >= 0);
+}
