@@ -50,6 +50,11 @@ class BankCluster {
   [[nodiscard]] absl::Status StartBank(const std::string& name);
   void KillBank(const std::string& name);
   Process* tccd() { return tccd_.get(); }
+  // Environment for a bank's next start (e.g. to clear a failpoint).
+  void SetBankEnv(const std::string& name,
+                  std::map<std::string, std::string> env) {
+    options_.bank_env[name] = std::move(env);
+  }
   Process* bank(const std::string& name) { return banks_[name].get(); }
 
   int tccd_port() const { return tccd_port_; }

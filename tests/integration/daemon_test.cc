@@ -14,6 +14,13 @@
 
 #include "bank_cluster.h"
 
+#define CHECK_OK(expr)              \
+  do {                              \
+    const absl::Status s_ = (expr); \
+    INFO(s_.ToString());            \
+    CHECK(s_.ok());                 \
+  } while (0)
+
 namespace {
 
 namespace v1 = tcc::v1;
@@ -35,7 +42,7 @@ ClusterOptions Options(const std::string& name) {
   o.accounts = 20;
   o.initial_balance = 1000;
   // Short timeouts so failure paths run in seconds.
-  o.tccd_args = {"--log-level", "info"};
+
   return o;
 }
 
@@ -73,7 +80,7 @@ TEST_CASE("happy commit moves the money once") {
   auto got = c.client().Get(req.gid());
   REQUIRE(got.ok());
   CHECK(got->state() == v1::TXN_STATE_CONFIRMED);
-  CHECK(c.CheckFinal({req.gid()}, 10000).ok());
+  CHECK_OK(c.CheckFinal({req.gid()}, 10000));
 }
 
 TEST_CASE("a rejected Try cancels every branch") {
@@ -101,7 +108,7 @@ TEST_CASE("a rejected Try cancels every branch") {
   CHECK(BalanceOf(c, "bank-a", 3) == 1000);
   CHECK(BalanceOf(c, "bank-b", 4) == 1000);
   CHECK(BalanceOf(c, "bank-a", 5) == 1000);
-  CHECK(c.CheckFinal({req.gid()}, 10000).ok());
+  CHECK_OK(c.CheckFinal({req.gid()}, 10000));
 }
 
 TEST_CASE("duplicate Submit is answered once; same gid other content refused") {
@@ -147,6 +154,13 @@ TEST_CASE("interactive mode: commit, expected ids, and an expired OPEN") {
   CHECK(c.client().Try(changed).status().code() ==
         absl::StatusCode::kAlreadyExists);
 
+  v1::TryRequest credit = t;
+  credit.mutable_branch()->set_branch_id("c");
+  credit.mutable_branch()->set_participant("bank-b");
+  credit.mutable_branch()->set_action("credit");
+  credit.mutable_branch()->set_payload("8:40");
+  REQUIRE(c.client().Try(credit).ok());
+
   v1::CommitRequest wrong;
   wrong.set_gid(begin.gid());
   wrong.add_expected_branch_ids("d");
@@ -157,6 +171,7 @@ TEST_CASE("interactive mode: commit, expected ids, and an expired OPEN") {
 
   v1::CommitRequest commit;
   commit.set_gid(begin.gid());
+  commit.add_expected_branch_ids("c");
   commit.add_expected_branch_ids("d");
   auto done = c.client().Commit(commit);
   REQUIRE(done.ok());
@@ -169,6 +184,7 @@ TEST_CASE("interactive mode: commit, expected ids, and an expired OPEN") {
   CHECK(c.client().Rollback(rollback).status().code() ==
         absl::StatusCode::kFailedPrecondition);
   CHECK(BalanceOf(c, "bank-a", 8) == 960);
+  CHECK(BalanceOf(c, "bank-b", 8) == 1040);
 
   // An OPEN transaction whose deadline passes is cancelled, its reservation
   // released.
@@ -183,7 +199,7 @@ TEST_CASE("interactive mode: commit, expected ids, and an expired OPEN") {
   auto totals = c.Totals("bank-a");
   REQUIRE(totals.ok());
   CHECK(totals->frozen() == 50);
-  CHECK(c.CheckFinal({begin.gid(), short_begin.gid()}, 20000).ok());
+  CHECK_OK(c.CheckFinal({begin.gid(), short_begin.gid()}, 20000));
   auto view = c.client().Get(short_begin.gid());
   REQUIRE(view.ok());
   CHECK(view->state() == v1::TXN_STATE_CANCELLED);
@@ -271,7 +287,7 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
   CHECK(client->Get("never-seen").status().code() ==
         absl::StatusCode::kNotFound);
   // Nothing moved, nothing frozen.
-  CHECK(c.CheckFinal({}, 5000).ok());
+  CHECK_OK(c.CheckFinal({}, 5000));
 }
 
 TEST_CASE("a participant down at Try: unknown, then resolved by Query") {
@@ -281,7 +297,7 @@ TEST_CASE("a participant down at Try: unknown, then resolved by Query") {
   ClusterOptions o = Options("query");
   o.bank_env["bank-b"] = {
       {"TCC_FAILPOINTS", "participant.after_commit=crash@1"}};
-  o.tccd_args = {"--log-level", "info"};
+
   BankCluster c(o);
   REQUIRE(c.Start().ok());
   auto req = c.Transfer("bank-a", 10, "bank-b", 11, 70);
@@ -293,9 +309,9 @@ TEST_CASE("a participant down at Try: unknown, then resolved by Query") {
   REQUIRE(status.ok());
   CHECK(WIFSIGNALED(*status));
   c.KillBank("bank-b");
-  // Restart without the failpoint.
+  c.SetBankEnv("bank-b", {});  // restart without the failpoint
   REQUIRE(c.StartBank("bank-b").ok());
-  CHECK(c.CheckFinal({req.gid()}, 30000).ok());
+  CHECK_OK(c.CheckFinal({req.gid()}, 30000));
   auto view = c.client().Get(req.gid());
   REQUIRE(view.ok());
   CHECK(view->state() == v1::TXN_STATE_CONFIRMED);
@@ -314,7 +330,7 @@ TEST_CASE("a participant down at Try past the deadline: Cancel") {
   REQUIRE(r.ok());
   CHECK(r->transaction().decision() == v1::DECISION_CANCEL);
   REQUIRE(c.StartBank("bank-b").ok());  // the Cancel reaches it now
-  CHECK(c.CheckFinal({req.gid()}, 30000).ok());
+  CHECK_OK(c.CheckFinal({req.gid()}, 30000));
   CHECK(BalanceOf(c, "bank-a", 12) == 1000);
   CHECK(BalanceOf(c, "bank-b", 13) == 1000);
 }
@@ -336,12 +352,13 @@ TEST_CASE("a participant down during Confirm is retried until it is back") {
   auto status = c.bank("bank-b")->Wait(20000);
   REQUIRE(status.ok());
   c.KillBank("bank-b");
+  c.SetBankEnv("bank-b", {});
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   auto mid = c.client().Get(req.gid());
   REQUIRE(mid.ok());
   CHECK(mid->state() == v1::TXN_STATE_CONFIRMING);
   REQUIRE(c.StartBank("bank-b").ok());
-  CHECK(c.CheckFinal({req.gid()}, 30000).ok());
+  CHECK_OK(c.CheckFinal({req.gid()}, 30000));
   CHECK(BalanceOf(c, "bank-b", 15) == 1020);
 }
 
@@ -411,5 +428,5 @@ TEST_CASE("SIGTERM stops tccd cleanly; a restart serves what it had") {
   auto view = c.client().Get(req.gid());
   REQUIRE(view.ok());
   CHECK(view->state() == v1::TXN_STATE_CONFIRMED);
-  CHECK(c.CheckFinal({req.gid()}, 10000).ok());
+  CHECK_OK(c.CheckFinal({req.gid()}, 10000));
 }
