@@ -88,6 +88,7 @@ struct ModelConfig {
   int dups_allowed = 1;             // each reply duplicated at most once
   bool allow_deadline = true;
   int max_depth = 0;  // 0: run to completion
+  int crashes = 0;    // coordinator crashes allowed (then recovery)
   Options options;
 };
 
@@ -112,6 +113,13 @@ struct World {
   int requests_unanswered = 0;
   uint32_t next_request = 1;
   int interactive_step = 0;  // interactive script progress
+  // The WAL: every record written, and how many of them are durable.
+  std::vector<wal::Record> log;
+  size_t durable_len = 0;
+  std::vector<size_t> pending_log_len;  // per pending durable persist
+  bool decision_acted = false;  // a phase-2 call left, or a caller was told
+  int crashes_left = 0;
+  uint64_t epoch = 1;
 };
 
 struct ExploreStats {
