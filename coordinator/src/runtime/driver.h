@@ -75,6 +75,11 @@ class DriverObserver {
   virtual void OnEffect(const std::string& /*gid*/,
                         const core::Effect& /*effect*/) {}
   virtual void OnRecovered(size_t /*resumed*/) {}
+  // After every step that changed a transaction (for Watch streams: build
+  // core::MakeView(txn) only when someone watches `gid`). `txn` is valid
+  // during the call only.
+  virtual void OnStepped(const std::string& /*gid*/,
+                         const core::Txn& /*txn*/) {}
 };
 
 struct DriverOptions {
