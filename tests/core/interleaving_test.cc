@@ -97,6 +97,17 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("approval gate: approval or its deadline, in every interleaving",
+          "[interleaving]") {
+  ModelConfig c = Config(2, {false, false});
+  c.approval_gate = true;
+  c.dups_allowed = 0;
+  c.query_faults_per_branch = 0;
+  c.crashes = 1;
+  c.timeout_branches = 1;
+  ExpectClean(c);
+}
+
 // The harness has teeth: each rule breaker is caught.
 TEST_CASE("rule breaker (a): skipping Cancel for an unknown Try is caught",
           "[interleaving][breakers]") {

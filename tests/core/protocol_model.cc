@@ -197,6 +197,7 @@ class Explorer {
       e.spec.created_at_ms = 1;
       e.spec.try_timeout_ms = kDeadline;
       e.spec.wait_for = WaitFor::kFinished;
+      e.spec.approval_gate = c_.approval_gate;
       for (int i = 0; i < c_.branches; ++i) {
         e.spec.branches.push_back(MakeBranch(i));
       }
@@ -667,6 +668,26 @@ class Explorer {
         n.retry_timers.erase(n.retry_timers.begin() + static_cast<long>(k));
         Apply(n, RetryDueEvent{b}, "retry timer b" + std::to_string(b));
       });
+    }
+    // The approval gate: an operator approves, or its deadline passes.
+    if (c_.approval_gate && w.txn.state == TxnState::kAwaitingApproval &&
+        w.txn.decision == Decision::kNone) {
+      if (!w.approval_asked) {
+        branch_out([&](World& n) {
+          n.approval_asked = true;
+          ++n.requests_unanswered;
+          Apply(n, GateApproveEvent{n.next_request++, "ap1"},
+                "operator approves");
+        });
+      }
+      if (!w.approval_deadline_fired) {
+        branch_out([&](World& n) {
+          n.approval_deadline_fired = true;
+          n.now = std::max(n.now, n.txn.approval_deadline_ms);
+          Apply(n, DeadlineEvent{DeadlineKind::kApproval},
+                "approval deadline passes");
+        });
+      }
     }
     // The try-deadline passes (time jumps past it, once).
     if (c_.allow_deadline && w.deadline_armed && !w.deadline_fired) {

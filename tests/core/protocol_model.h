@@ -87,8 +87,9 @@ struct ModelConfig {
   int query_faults_per_branch = 1;  // non-authoritative answers per branch
   int dups_allowed = 1;             // each reply duplicated at most once
   bool allow_deadline = true;
-  int max_depth = 0;  // 0: run to completion
-  int crashes = 0;    // coordinator crashes allowed (then recovery)
+  int max_depth = 0;           // 0: run to completion
+  int crashes = 0;             // coordinator crashes allowed (then recovery)
+  bool approval_gate = false;  // an operator approves, or its deadline passes
   Options options;
 };
 
@@ -119,6 +120,8 @@ struct World {
   std::vector<size_t> pending_log_len;  // per pending durable persist
   bool decision_acted = false;  // a phase-2 call left, or a caller was told
   int crashes_left = 0;
+  bool approval_asked = false;
+  bool approval_deadline_fired = false;
   uint64_t epoch = 1;
 };
 
