@@ -55,7 +55,9 @@ struct DriverReply {
 using ReplyDone = std::function<void(absl::StatusOr<DriverReply>)>;
 
 // Hooks for metrics and log lines (the daemon logs with spdlog; the core and
-// the driver never log). Called on shard executors; must not block.
+// the driver never log). Called on shard executors, so concurrently when
+// shards run in parallel (implementations must be thread-safe); must not
+// block.
 class DriverObserver {
  public:
   virtual ~DriverObserver() = default;
