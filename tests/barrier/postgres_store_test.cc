@@ -1,0 +1,94 @@
+// What only the PostgreSQL store has: business SQL in the barrier's own
+// transaction (PostgresTxn::work()), placeholder rows that never commit, and
+// an idempotent migration.
+#include "barrier_harness.h"
+
+namespace tcc::testing {
+namespace {
+
+using barrier::BarrierState;
+using barrier::Outcome;
+
+int64_t CountRows(PostgresEnv& env, const std::string& sql) {
+  pqxx::connection conn(env.url());
+  pqxx::work w(conn);
+  return w.exec1(sql)[0].as<int64_t>();
+}
+
+TEST_CASE("postgres: a handler's SQL commits with the barrier or not at all",
+          "[postgres]") {
+  BarrierHarness<PostgresEnv> h;
+  const std::string table = h.env.schema() + ".orders";
+  {
+    pqxx::connection conn(h.env.url());
+    pqxx::work w(conn);
+    w.exec("CREATE TABLE " + table + " (id TEXT PRIMARY KEY)");
+    w.commit();
+  }
+  auto handler = [&](bool refuse, bool fail) {
+    return [&, refuse, fail](const barrier::HandlerContext& c)
+               -> absl::StatusOr<barrier::TryVerdict> {
+      barrier::PostgresTxn* pg = c.txn.As<barrier::PostgresTxn>();
+      REQUIRE(pg != nullptr);
+      pg->work().exec_params("INSERT INTO " + table + " VALUES ($1)",
+                             c.IdempotencyKey());
+      if (fail) throw std::runtime_error("handler bug");
+      if (refuse) return barrier::TryVerdict::Refuse("no");
+      return barrier::TryVerdict::Reserve();
+    };
+  };
+  auto count = [&] {
+    return CountRows(h.env, "SELECT count(*) FROM " + table);
+  };
+
+  auto failed = h.barrier.Try(MakeCall("pg.fail", H()), handler(false, true));
+  CHECK(failed.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(count() == 0);
+  CHECK(h.State(MakeCall("pg.fail", H()).key) == BarrierState::kNotFound);
+
+  auto refused =
+      h.barrier.Try(MakeCall("pg.refuse", H()), handler(true, false));
+  REQUIRE(refused.ok());
+  CHECK(refused->outcome == Outcome::kRejected);
+  CHECK(count() == 0);
+
+  auto ok = h.barrier.Try(MakeCall("pg.ok", H()), handler(false, false));
+  REQUIRE(ok.ok());
+  CHECK(ok->outcome == Outcome::kExecuted);
+  CHECK(count() == 1);
+  // The duplicate does not run the handler (which would hit the primary key).
+  auto dup = h.barrier.Try(MakeCall("pg.ok", H()), handler(false, false));
+  REQUIRE(dup.ok());
+  CHECK(dup->replayed);
+  CHECK(count() == 1);
+}
+
+TEST_CASE("postgres: answers that write nothing leave no row behind",
+          "[postgres]") {
+  BarrierHarness<PostgresEnv> h;
+  h.clock.Set(kDeadlineMs + kSkewMs + 1);
+  CHECK(h.Try(MakeCall("pg.late", H()))->outcome == Outcome::kHangingRefused);
+  CHECK(h.Confirm(MakeCall("pg.none", H())).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(CountRows(h.env, "SELECT count(*) FROM " + h.env.schema() +
+                             ".tcc_barrier") == 0);
+}
+
+TEST_CASE("postgres: the migration is idempotent", "[postgres]") {
+  PostgresEnv env;
+  auto again = barrier::PostgresBarrierStore::Open(
+      {.url = env.url(), .schema = env.schema()});
+  REQUIRE(again.ok());
+  auto bad = barrier::PostgresBarrierStore::Open(
+      {.url = env.url(), .schema = "x; DROP TABLE y"});
+  CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("postgres: an unreachable server is UNAVAILABLE", "[postgres]") {
+  auto store = barrier::PostgresBarrierStore::Open(
+      {.url = "postgresql://tcc@127.0.0.1:1/tcc?connect_timeout=2"});
+  CHECK(store.status().code() == absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace tcc::testing

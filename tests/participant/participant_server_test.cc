@@ -1,0 +1,229 @@
+// The participant server over real gRPC on loopback (port chosen by the OS),
+// on a RocksDB store: answers carry outcome and `replayed`, protocol
+// violations are gRPC errors, Query reads the barrier, metrics count every
+// answer, and a failure between the local commit and the reply leaves a
+// committed Try that the re-sent call gets back, replayed.
+#include "tcc/participant/participant_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <catch2/catch.hpp>
+
+#include "barrier/barrier_harness.h"
+#include "prometheus/registry.h"
+#include "tcc/failpoint/failpoint.h"
+#include "tcc/v1/participant.grpc.pb.h"
+
+namespace tcc::testing {
+namespace {
+
+struct ServerUnderTest {
+  ServerUnderTest()
+      : clock(kT0),
+        participant(env.store(), clock,
+                    {.name = "test-participant",
+                     .barrier = {.clock_skew_ms = kSkewMs}}) {
+    REQUIRE(
+        participant
+            .AddAction("reserve", {.on_try = rec.TryHandler(),
+                                   .on_confirm = rec.PhaseTwoHandler("confirm"),
+                                   .on_cancel = rec.PhaseTwoHandler("cancel")})
+            .ok());
+    REQUIRE(
+        participant
+            .AddAction("refuse", {.on_try = rec.TryHandler({.refuse = true}),
+                                  .on_confirm = rec.PhaseTwoHandler("confirm"),
+                                  .on_cancel = rec.PhaseTwoHandler("cancel")})
+            .ok());
+    server = std::make_unique<participant::ParticipantServer>(participant);
+    REQUIRE(server->Start().ok());
+    REQUIRE(server->port() > 0);
+    stub = v1::Participant::NewStub(
+        grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()),
+                            grpc::InsecureChannelCredentials()));
+  }
+
+  RocksDbEnv env;
+  clock::ManualClock clock;
+  Recorder rec;
+  participant::Participant participant;
+  std::unique_ptr<participant::ParticipantServer> server;
+  std::unique_ptr<v1::Participant::Stub> stub;
+};
+
+v1::BranchRequest Request(const std::string& gid,
+                          const std::string& action = "reserve",
+                          const std::string& hash = H()) {
+  v1::BranchRequest req;
+  req.mutable_key()->set_gid(gid);
+  req.mutable_key()->set_created_at_ms(kT0 - 1000);
+  req.mutable_key()->set_branch_id("b1");
+  req.set_action(action);
+  req.set_payload("payload");
+  req.set_branch_hash(hash);
+  req.set_revision(1);
+  req.set_attempt(1);
+  req.set_try_deadline_ms(kDeadlineMs);
+  return req;
+}
+
+using Rpc = grpc::Status (v1::Participant::Stub::*)(grpc::ClientContext*,
+                                                    const v1::BranchRequest&,
+                                                    v1::BranchResponse*);
+
+grpc::Status Call(ServerUnderTest& s, Rpc rpc, const v1::BranchRequest& req,
+                  v1::BranchResponse* resp) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  return ((*s.stub).*rpc)(&ctx, req, resp);
+}
+
+v1::QueryResponse Query(ServerUnderTest& s, const std::string& gid) {
+  v1::QueryRequest req;
+  *req.mutable_key() = Request(gid).key();
+  v1::QueryResponse resp;
+  grpc::ClientContext ctx;
+  REQUIRE(s.stub->Query(&ctx, req, &resp).ok());
+  return resp;
+}
+
+double Counter(ServerUnderTest& s, const std::string& op,
+               const std::string& outcome, const std::string& replayed) {
+  for (const auto& family : s.participant.metrics()->Collect()) {
+    if (family.name != "tcc_participant_calls_total") continue;
+    for (const auto& m : family.metric) {
+      std::map<std::string, std::string> labels;
+      for (const auto& l : m.label) labels[l.name] = l.value;
+      if (labels["operation"] == op && labels["outcome"] == outcome &&
+          labels["replayed"] == replayed) {
+        return m.counter.value;
+      }
+    }
+  }
+  return 0;
+}
+
+TEST_CASE("participant server: try, duplicate, query, confirm over gRPC",
+          "[integration]") {
+  ServerUnderTest s;
+  v1::BranchResponse resp;
+  REQUIRE(Call(s, &v1::Participant::Stub::Try, Request("g1"), &resp).ok());
+  CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
+  CHECK(!resp.replayed());
+
+  REQUIRE(Call(s, &v1::Participant::Stub::Try, Request("g1"), &resp).ok());
+  CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
+  CHECK(resp.replayed());
+  CHECK(s.rec.Invocations("try") == 1);
+
+  v1::QueryResponse q = Query(s, "g1");
+  CHECK(q.state() == v1::BARRIER_STATE_TRIED);
+  CHECK(q.branch_hash() == H());
+  CHECK(q.authoritative());
+
+  REQUIRE(Call(s, &v1::Participant::Stub::Try, Request("g1", "reserve", H2()),
+               &resp)
+              .ok());
+  CHECK(resp.outcome() == v1::OUTCOME_CONFLICT);
+
+  REQUIRE(Call(s, &v1::Participant::Stub::Confirm, Request("g1"), &resp).ok());
+  CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
+  CHECK(!resp.replayed());
+  CHECK(Query(s, "g1").state() == v1::BARRIER_STATE_CONFIRMED);
+
+  // Cancel after Confirm is a protocol violation: a gRPC error.
+  grpc::Status cancel =
+      Call(s, &v1::Participant::Stub::Cancel, Request("g1"), &resp);
+  CHECK(cancel.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(s.rec.Invocations("cancel") == 0);
+
+  CHECK(Query(s, "never-seen").state() == v1::BARRIER_STATE_NOT_FOUND);
+
+  CHECK(Counter(s, "try", "executed", "false") == 1);
+  CHECK(Counter(s, "try", "executed", "true") == 1);
+  CHECK(Counter(s, "try", "conflict", "false") == 1);
+  CHECK(Counter(s, "confirm", "executed", "false") == 1);
+  CHECK(Counter(s, "cancel", "failed_precondition", "false") == 1);
+  CHECK(Counter(s, "query", "confirmed", "false") == 1);
+}
+
+TEST_CASE("participant server: refusals, empty rollback and late Try",
+          "[integration]") {
+  ServerUnderTest s;
+  v1::BranchResponse resp;
+  REQUIRE(Call(s, &v1::Participant::Stub::Try, Request("r1", "refuse"), &resp)
+              .ok());
+  CHECK(resp.outcome() == v1::OUTCOME_REJECTED);
+  CHECK(resp.message() == "no funds");
+
+  REQUIRE(Call(s, &v1::Participant::Stub::Cancel, Request("e1"), &resp).ok());
+  CHECK(resp.outcome() == v1::OUTCOME_EMPTY_ROLLBACK);
+  REQUIRE(Call(s, &v1::Participant::Stub::Try, Request("e1"), &resp).ok());
+  CHECK(resp.outcome() == v1::OUTCOME_HANGING_REFUSED);
+  CHECK(Query(s, "e1").state() == v1::BARRIER_STATE_CANCELLED_BEFORE_TRY);
+
+  s.clock.Set(kDeadlineMs + kSkewMs + 1);
+  REQUIRE(Call(s, &v1::Participant::Stub::Try, Request("late"), &resp).ok());
+  CHECK(resp.outcome() == v1::OUTCOME_HANGING_REFUSED);
+  CHECK(Query(s, "late").state() == v1::BARRIER_STATE_NOT_FOUND);
+  CHECK(s.rec.Invocations("try") == 1);  // only the refusing one ran
+  CHECK(Counter(s, "try", "hanging_refused", "false") == 2);
+}
+
+TEST_CASE("participant server: malformed calls are INVALID_ARGUMENT",
+          "[integration]") {
+  ServerUnderTest s;
+  v1::BranchResponse resp;
+  CHECK(Call(s, &v1::Participant::Stub::Try, Request("g", "no-such-action"),
+             &resp)
+            .error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(Call(s, &v1::Participant::Stub::Try, Request("g", "reserve", "abc"),
+             &resp)
+            .error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(Call(s, &v1::Participant::Stub::Try, Request("bad gid"), &resp)
+            .error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  v1::BranchRequest no_deadline = Request("g");
+  no_deadline.clear_try_deadline_ms();
+  CHECK(Call(s, &v1::Participant::Stub::Try, no_deadline, &resp).error_code() ==
+        grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(s.rec.TotalInvocations() == 0);
+  CHECK(Query(s, "g").state() == v1::BARRIER_STATE_NOT_FOUND);
+}
+
+TEST_CASE("participant server: a reply lost after the commit is replayed",
+          "[integration]") {
+  ServerUnderTest s;
+  REQUIRE(failpoint::Configure(std::string(participant::kAfterCommitFailpoint) +
+                               "=error@1")
+              .ok());
+  v1::BranchResponse resp;
+  grpc::Status lost =
+      Call(s, &v1::Participant::Stub::Try, Request("fp"), &resp);
+  REQUIRE(failpoint::Configure("").ok());
+  CHECK(lost.error_code() == grpc::StatusCode::UNAVAILABLE);
+  // The work was committed before the reply was lost.
+  CHECK(Query(s, "fp").state() == v1::BARRIER_STATE_TRIED);
+  REQUIRE(Call(s, &v1::Participant::Stub::Try, Request("fp"), &resp).ok());
+  CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
+  CHECK(resp.replayed());
+  CHECK(s.rec.Invocations("try") == 1);
+}
+
+TEST_CASE("participant: actions are validated when registered", "[unit]") {
+  MemoryEnv env;
+  clock::ManualClock clock(kT0);
+  participant::Participant p(env.store(), clock);
+  Recorder rec;
+  participant::ActionHandlers h{rec.TryHandler(), rec.PhaseTwoHandler("c"),
+                                rec.PhaseTwoHandler("x")};
+  CHECK(p.AddAction("debit", h).ok());
+  CHECK(p.AddAction("debit", h).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(p.AddAction("bad name", h).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(p.AddAction("no-confirm",
+                    {rec.TryHandler(), nullptr, rec.PhaseTwoHandler("x")})
+            .code() == absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tcc::testing
