@@ -80,8 +80,8 @@ class DriverObserver {
   // After every step that changed a transaction (for Watch streams: build
   // core::MakeView(txn) only when someone watches `gid`). `txn` is valid
   // during the call only.
-  virtual void OnStepped(const std::string& /*gid*/,
-                         const core::Txn& /*txn*/) {}
+  virtual void OnStepped(const std::string& /*gid*/, const core::Txn& /*txn*/) {
+  }
 };
 
 struct DriverOptions {
@@ -132,6 +132,10 @@ class Driver {
                      std::string approval_id, ReplyDone done);
 
   uint64_t owner_epoch() const;
+  // True once the failpoint `driver.before_effect` fired with `error`: the
+  // driver stopped between two effects and does nothing more (a crash, for
+  // in-process tests). With `crash` the process dies there instead.
+  bool halted() const;
   BreakerState breaker_state(const std::string& participant) const;
 
   class Impl;
