@@ -13,6 +13,7 @@
 #include "tcc/barrier/barrier.h"
 #include "tcc/barrier/memory_store.h"
 #include "tcc/clock/clock.h"
+#include "tcc/failpoint/failpoint.h"
 #include "tcc/wal/memory_log.h"
 
 namespace tcc::runtime {
@@ -263,6 +264,20 @@ SeedResult RunSeed(uint64_t seed, core::RuleBreakers breakers = {},
     crash_at.push_back(static_cast<uint64_t>(uniform(1, 400)));
   }
   std::sort(crash_at.begin(), crash_at.end());
+  // Each crash stops the driver right before an effect (failpoint
+  // driver.before_effect), possibly in the middle of a step.
+  struct Guard {
+    ~Guard() { (void)failpoint::Configure(""); }
+  } guard;
+  uint64_t counted = 0;  // effects evaluated before the current configuration
+  auto arm = [&](size_t i) {
+    (void)failpoint::Configure(
+        i < crash_at.size()
+            ? "driver.before_effect=error@" +
+                  std::to_string(std::max<uint64_t>(1, crash_at[i] - counted))
+            : "");
+  };
+  arm(0);
   const int64_t faulty_until = clock.MonotonicMs() + 20'000;
   size_t next_crash = 0;
   // The wall clock steps once, forward or back (NTP, an operator).
@@ -270,30 +285,36 @@ SeedResult RunSeed(uint64_t seed, core::RuleBreakers breakers = {},
       clock.MonotonicMs() + static_cast<int64_t>(uniform(0, 5000));
   const int64_t jump_by = static_cast<int64_t>(uniform(-3000, 3000));
   bool jumped = false;
+  auto crash = [&] {
+    counted = std::max(counted, crash_at[next_crash]);
+    ++next_crash;
+    arm(next_crash);
+    ++out.crashes;
+    note_told();
+    driver.reset();
+    exec.Clear();
+    // The network keeps delivering what was in flight: late requests still
+    // reach participants; replies find no one (the driver is gone).
+    log.Crash(static_cast<size_t>(
+        uniform(0, static_cast<double>(log.Unsynced()) + 1)));
+    start();
+    for (int t = 0; t < n_txns; ++t) {  // clients retry unanswered requests
+      if (!answers[t]->has_value() || !(*answers[t])->ok()) submit(t);
+    }
+  };
   while (clock.MonotonicMs() < faulty_until) {
     if (!jumped && clock.MonotonicMs() >= jump_at) {
       jumped = true;
       clock.JumpWall(jump_by);
     }
-    if (next_crash < crash_at.size() &&
-        observer.effects >= crash_at[next_crash]) {
-      ++next_crash;
-      ++out.crashes;
-      note_told();
-      driver.reset();
-      exec.Clear();
-      // The network keeps delivering what was in flight: late requests still
-      // reach participants; replies find no one (the driver is gone).
-      log.Crash(static_cast<size_t>(
-          uniform(0, static_cast<double>(log.Unsynced()) + 1)));
-      start();
-      for (int t = 0; t < n_txns; ++t) {  // clients retry unanswered requests
-        if (!answers[t]->has_value() || !(*answers[t])->ok()) submit(t);
-      }
+    if (driver->halted()) {
+      crash();
       continue;
     }
     if (!loop.StepOnce(faulty_until)) break;
   }
+  if (driver->halted()) crash();
+  (void)failpoint::Configure("");
   note_told();
   // Healthy phase: every request is answered, every transaction finishes.
   set_faults(false);
