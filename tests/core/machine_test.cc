@@ -648,6 +648,23 @@ TEST_CASE("duplicate Submit gets the first answer; other content refused",
   CHECK(Snapshot(t) == before);
 }
 
+TEST_CASE("invalid requests are refused, nothing created", "[machine]") {
+  Txn t;
+  SubmitEvent e = Submit({Branch("a"), Branch("a")});
+  CHECK(Step(t, e, kNow).status.code() == absl::StatusCode::kInvalidArgument);
+  e = Submit({});
+  CHECK(Step(t, e, kNow).status.code() == absl::StatusCode::kInvalidArgument);
+  e = Submit({Branch("bad id!")});
+  CHECK(Step(t, e, kNow).status.code() == absl::StatusCode::kInvalidArgument);
+  e = Submit({Branch("a")});
+  e.spec.try_timeout_ms = 100LL * 24 * 3600 * 1000;
+  CHECK(Step(t, e, kNow).status.code() == absl::StatusCode::kInvalidArgument);
+  BeginEvent b = Begin();
+  b.spec.gid = "";
+  CHECK(Step(t, b, kNow).status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_FALSE(t.exists);
+}
+
 TEST_CASE("approval gate: approval confirms, its deadline cancels",
           "[machine]") {
   Txn t = AwaitingTxn();

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "runtime/sim/sim_environment.h"
+#include "tcc/failpoint/failpoint.h"
 #include "tcc/wal/memory_log.h"
 
 namespace tcc::runtime {
@@ -71,12 +72,14 @@ struct Harness {
     REQUIRE(driver->Start().ok());
   }
 
-  // The process dies: memory, queued tasks, timers and calls in flight are
-  // gone; the log keeps what was synced plus `keep` unsynced appends.
+  // The process dies: its memory, queued tasks and timers are gone (its
+  // timers and callbacks no longer reach anything); the log keeps what was
+  // synced plus `keep` unsynced appends.
   void Crash(size_t keep) {
     driver.reset();
     exec.Clear();
-    clock.Clear();
+    // The network keeps delivering what was in flight: late requests still
+    // reach participants; replies find no one (the driver is gone).
     log.Crash(keep);
     StartDriver();
   }
@@ -409,18 +412,25 @@ TEST_CASE("interactive: Begin, Try, Try, Commit; Rollback", "[driver]") {
 }
 
 // Runs three transactions (one cancelled); returns how many effects the
-// driver ran. With crash_at > 0, crashes when the effect count reaches it,
-// keeping `keep` unsynced appends, then restarts, lets recovery and client
+// driver ran. With crash_at > 0, the failpoint driver.before_effect stops
+// the driver right before its crash_at-th effect (mid-step), then the process
+// "dies" keeping `keep` unsynced appends, restarts, lets recovery and client
 // retries finish, and checks the invariants.
+struct FailpointGuard {
+  ~FailpointGuard() { (void)failpoint::Configure(""); }
+};
+
 size_t g_resumed = 0;  // transactions recovery resumed, over all crash runs
 
 uint64_t CrashRun(uint64_t crash_at, size_t keep) {
   Harness h(3);
   h.rejects.insert("p2");
-  bool crash_now = false;
-  h.observer.on_effect = [&] {
-    if (crash_at > 0 && h.observer.effects == crash_at) crash_now = true;
-  };
+  FailpointGuard guard;
+  if (crash_at > 0) {
+    REQUIRE(failpoint::Configure("driver.before_effect=error@" +
+                                 std::to_string(crash_at))
+                .ok());
+  }
   std::vector<core::SubmitSpec> specs = {h.Spec("c1", 2), h.Spec("c2", 3),
                                          h.Spec("c3", 2)};
   std::vector<Result> results;
@@ -440,14 +450,17 @@ uint64_t CrashRun(uint64_t crash_at, size_t keep) {
     }
     return true;
   };
-  while (!all_done() && !crash_now) {
+  while (!all_done() && !h.driver->halted()) {
     if (!h.loop.StepOnce(h.clock.MonotonicMs() + 600'000)) break;
   }
   note();
-  if (!crash_now) {
+  if (!h.driver->halted()) {
+    REQUIRE(crash_at == 0);
     REQUIRE(all_done());
     return h.observer.effects;
   }
+  REQUIRE(h.observer.effects == crash_at - 1);  // stopped right before it
+  REQUIRE(failpoint::Configure("").ok());
   h.Crash(keep);
   // Clients retry every request that was not answered (same gid, content).
   for (size_t i = 0; i < results.size(); ++i) {
@@ -467,6 +480,7 @@ uint64_t CrashRun(uint64_t crash_at, size_t keep) {
   for (size_t i = 0; i < specs.size(); ++i) {
     INFO("crash at effect " << crash_at << " keep " << keep << " gid "
                             << specs[i].gid);
+    INFO(results[i]->value().status().ToString());
     REQUIRE(results[i]->value().ok());
     const auto& v = results[i]->value()->transaction;
     CHECK(wal::IsFinal(v.state));

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "tcc/failpoint/failpoint.h"
 
 namespace tcc::runtime {
 
@@ -51,7 +52,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         timeouts_(options_.timeouts),
         breakers_(options_.breaker),
         rng_(options_.rng_seed) {
-    for (Executor* e : shards) shards_.push_back(Shard{e, {}});
+    for (Executor* e : shards) shards_.push_back(Shard{e, {}, {}});
     if (!options_.uniform01) {
       options_.uniform01 = [this] {
         std::lock_guard<std::mutex> lock(rng_mu_);
@@ -69,6 +70,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   struct Shard {
     Executor* exec;
     std::unordered_map<std::string, std::unique_ptr<Owner>> owners;
+    // The gid a request is being handled for: not evicted meanwhile (its
+    // recovery may finish it before the request is applied).
+    std::string pinned;
   };
 
   absl::Status Start() {
@@ -87,7 +91,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     const size_t s = ShardOf(gid);
     std::weak_ptr<Impl> weak = weak_from_this();
     shards_[s].exec->Post([weak, s, fn = std::move(fn)] {
-      if (auto self = weak.lock()) fn(*self, s);
+      auto self = weak.lock();
+      if (self && !self->halted_) fn(*self, s);
     });
   }
 
@@ -105,7 +110,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     OnShard(gid, [gid, done = std::move(done)](Impl& self, size_t s) {
       const wal::TxnSummary* summary = nullptr;
       wal::TxnSummary compact;
+      self.shards_[s].pinned = gid;
       absl::StatusOr<Owner*> o = self.Load(s, gid, &compact, &summary);
+      self.shards_[s].pinned.clear();
       if (!o.ok()) return done(o.status());
       if (summary != nullptr)
         return done(DriverReply{SummaryView(compact), false, std::nullopt});
@@ -159,6 +166,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   uint64_t epoch() const { return epoch_; }
+  bool halted() const { return halted_; }
   BreakerState breaker(const std::string& p) const {
     return breakers_.State(p);
   }
@@ -249,6 +257,15 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
 
   void OnRequest(size_t s, const std::string& gid, bool creates,
                  const std::function<Event(RequestId)>& make, ReplyDone done) {
+    shards_[s].pinned = gid;
+    HandleRequest(s, gid, creates, make, std::move(done));
+    shards_[s].pinned.clear();
+    MaybeEvict(s, gid);
+  }
+
+  void HandleRequest(size_t s, const std::string& gid, bool creates,
+                     const std::function<Event(RequestId)>& make,
+                     ReplyDone done) {
     const RequestId rid = next_request_++;
     Event event = make(rid);
     if (absl::Status st = Admissible(event); !st.ok()) return done(st);
@@ -341,7 +358,16 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     core::StepResult r =
         core::Step(o->txn, event, clock_.WallMs(), options_.core);
     if (!r.status.ok()) return r.status;
-    for (auto& eff : r.effects) Run(s, gid, *o, eff);
+    for (auto& eff : r.effects) {
+      // Crash drills: `crash` kills the process between two effects; `error`
+      // halts this driver there (in-process tests then drop it, as a crash).
+      if (!failpoint::Eval("driver.before_effect").ok()) {
+        halted_ = true;
+        return absl::OkStatus();
+      }
+      Run(s, gid, *o, eff);
+    }
+    if (!r.effects.empty()) observer_->OnStepped(gid, o->txn);
     MaybeEvict(s, gid);
     return absl::OkStatus();
   }
@@ -360,6 +386,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void MaybeEvict(size_t s, const std::string& gid) {
+    if (shards_[s].pinned == gid) return;
     Owner* o = Find(s, gid);
     if (o == nullptr) return;
     const core::Txn& t = o->txn;
@@ -629,6 +656,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   std::mt19937_64 rng_;
   std::vector<Shard> shards_;
   std::atomic<uint64_t> epoch_{0};
+  std::atomic<bool> halted_{false};
   std::atomic<RequestId> next_request_{1};
 };
 
@@ -732,6 +760,8 @@ void Driver::RetryNow(std::string gid, std::string branch_id, ReplyDone done) {
 }
 
 uint64_t Driver::owner_epoch() const { return impl_->epoch(); }
+
+bool Driver::halted() const { return impl_->halted(); }
 
 BreakerState Driver::breaker_state(const std::string& participant) const {
   return impl_->breaker(participant);
