@@ -1,0 +1,170 @@
+// Group commit in the RocksDB log: appends that wait together share one
+// sync; the queue is bounded; buffered appends ride along.
+#include <catch2/catch.hpp>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+
+#include "fault_injection_fs.h"
+#include "log_test_util.h"
+#include "tcc/wal/rocksdb_log.h"
+#include "temp_dir.h"
+
+namespace tcc::wal::testing {
+namespace {
+
+// Holds the first sync after Arm() until Release(), and says when it got
+// there, so a test can queue work behind a sync in flight.
+class SyncGate {
+ public:
+  void Arm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_ = true;
+  }
+  void OnSync() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!armed_) return;
+    armed_ = false;
+    held_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return !held_; });
+  }
+  void AwaitHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return held_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ = false;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool armed_ = false;
+  bool held_ = false;
+};
+
+struct Completions {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<absl::Status> results;
+  AppendDone Callback() {
+    return [this](absl::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      results.push_back(std::move(s));
+      cv.notify_all();
+    };
+  }
+  void AwaitCount(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return results.size() >= n; });
+  }
+};
+
+struct GatedLog {
+  TempDir dir;
+  std::shared_ptr<FaultInjectionFs> fs = std::make_shared<FaultInjectionFs>();
+  SyncGate gate;
+  std::unique_ptr<RocksDbLog> log;
+
+  explicit GatedLog(size_t max_queued = 100000) {
+    fs->SetSyncDelay([this] { gate.OnSync(); });
+    RocksDbLogOptions options;
+    options.data_dir = dir.str();
+    options.file_system = fs;
+    options.max_queued = max_queued;
+    absl::StatusOr<std::unique_ptr<RocksDbLog>> opened =
+        RocksDbLog::Open(options);
+    REQUIRE(opened.ok());
+    log = *std::move(opened);
+  }
+};
+
+TEST_CASE("appends that wait together share one write and one sync") {
+  GatedLog g;
+  Completions done;
+  g.gate.Arm();
+  g.log->Append(Req("first", {MakeRegistered("first", 1)}), done.Callback());
+  g.gate.AwaitHeld();  // the writer is inside the first group's sync
+  for (int i = 0; i < 100; ++i) {
+    const std::string gid = "g" + std::to_string(i);
+    g.log->Append(
+        Req(gid, {MakeRegistered(gid, 1)},
+            i % 4 == 0 ? Durability::kBuffered : Durability::kDurable),
+        done.Callback());
+  }
+  CHECK(done.results.empty());
+  g.gate.Release();
+  done.AwaitCount(101);
+  for (const absl::Status& s : done.results) CHECK(s.ok());
+  const LogStats stats = g.log->Stats();
+  CHECK(stats.syncs == 2);  // the first append's, then one for the 100
+  CHECK(stats.synced_appends == 76);
+  CHECK(stats.buffered_appends == 25);
+  CHECK(g.log->MeanGroupSize() == Approx(50.5));
+}
+
+TEST_CASE("a full queue pushes back with RESOURCE_EXHAUSTED") {
+  GatedLog g(/*max_queued=*/10);
+  Completions done;
+  g.gate.Arm();
+  g.log->Append(Req("first", {MakeRegistered("first", 1)}), done.Callback());
+  g.gate.AwaitHeld();
+  int exhausted = 0;
+  for (int i = 0; i < 30; ++i) {
+    const std::string gid = "g" + std::to_string(i);
+    g.log->Append(Req(gid, {MakeRegistered(gid, 1)}),
+                  [&exhausted](absl::Status s) {
+                    if (absl::IsResourceExhausted(s)) ++exhausted;
+                  });
+  }
+  CHECK(exhausted == 20);  // refused at once, on this thread
+  g.gate.Release();
+  done.AwaitCount(1);
+  // The ten queued ones land; the queue takes more again.
+  CHECK(AppendAndWait(*g.log, Req("later", {MakeRegistered("later", 1)})).ok());
+  ListQuery q;
+  q.page_size = 100;
+  CHECK(g.log->List(q)->items.size() == 12);
+}
+
+TEST_CASE("retention runs while appends go on") {
+  TempDir dir;
+  RocksDbLogOptions options;
+  options.data_dir = dir.str();
+  options.retention.full_record_ms = 10;
+  options.retention.compact_entry_ms = 20;
+  options.retention_batch = 16;
+  absl::StatusOr<std::unique_ptr<RocksDbLog>> opened =
+      RocksDbLog::Open(options);
+  REQUIRE(opened.ok());
+  RocksDbLog& log = **opened;
+  for (int i = 0; i < 300; ++i) {
+    const std::string gid = "old" + std::to_string(i);
+    REQUIRE(AppendAndWait(log, Req(gid,
+                                   {MakeRegistered(gid, i),
+                                    MakeDecided(Decision::kCancel),
+                                    MakeFinished(TxnState::kCancelled, 100)},
+                                   Durability::kBuffered))
+                .ok());
+  }
+  std::thread appender([&log] {
+    for (int i = 0; i < 200; ++i) {
+      const std::string gid = "new" + std::to_string(i);
+      CHECK(AppendAndWait(log, Req(gid, {MakeRegistered(gid, 5000)})).ok());
+    }
+  });
+  REQUIRE(log.RunRetention(1000).ok());
+  appender.join();
+  CHECK(absl::IsNotFound(log.Read("old0").status()));
+  CHECK(log.DedupHorizonMs() == 300);
+  CHECK(log.Stats().unfinished == 200);
+  ListQuery q;
+  q.page_size = 1000;
+  CHECK(log.List(q)->items.size() == 200);
+}
+
+}  // namespace
+}  // namespace tcc::wal::testing
