@@ -87,15 +87,22 @@ TEST_CASE("appends that wait together share one write and one sync") {
   Completions done;
   g.gate.Arm();
   g.log->Append(Req("first", {MakeRegistered("first", 1)}), done.Callback());
-  g.gate.AwaitHeld();  // the writer is inside the first group's sync
+  g.gate.AwaitHeld();  // the syncer is inside the first append's sync
+  // Meanwhile the writer writes what comes next; buffered appends complete
+  // once written. The last one is buffered, so once 25 have completed
+  // everything is written, and the durable ones wait for the next sync.
   for (int i = 0; i < 100; ++i) {
     const std::string gid = "g" + std::to_string(i);
     g.log->Append(
         Req(gid, {MakeRegistered(gid, 1)},
-            i % 4 == 0 ? Durability::kBuffered : Durability::kDurable),
+            i % 4 == 3 ? Durability::kBuffered : Durability::kDurable),
         done.Callback());
   }
-  CHECK(done.results.empty());
+  done.AwaitCount(25);
+  {
+    std::lock_guard<std::mutex> lock(done.mu);
+    CHECK(done.results.size() == 25);
+  }
   g.gate.Release();
   done.AwaitCount(101);
   for (const absl::Status& s : done.results) CHECK(s.ok());
@@ -103,27 +110,41 @@ TEST_CASE("appends that wait together share one write and one sync") {
   CHECK(stats.syncs == 2);  // the first append's, then one for the 100
   CHECK(stats.synced_appends == 76);
   CHECK(stats.buffered_appends == 25);
-  CHECK(g.log->MeanGroupSize() == Approx(50.5));
+  CHECK(g.log->MeanGroupSize() == Approx(38.0));
 }
 
 TEST_CASE("a full queue pushes back with RESOURCE_EXHAUSTED") {
   GatedLog g(/*max_queued=*/10);
-  Completions done;
-  g.gate.Arm();
-  g.log->Append(Req("first", {MakeRegistered("first", 1)}), done.Callback());
-  g.gate.AwaitHeld();
+  // Hold the writer inside a buffered append's completion callback.
+  SyncGate writer_gate;
+  writer_gate.Arm();
+  std::promise<void> first_done;
+  g.log->Append(
+      Req("first", {MakeRegistered("first", 1)}, Durability::kBuffered),
+      [&](absl::Status s) {
+        CHECK(s.ok());
+        writer_gate.OnSync();
+        first_done.set_value();
+      });
+  writer_gate.AwaitHeld();
   int exhausted = 0;
+  Completions done;
   for (int i = 0; i < 30; ++i) {
     const std::string gid = "g" + std::to_string(i);
-    g.log->Append(Req(gid, {MakeRegistered(gid, 1)}),
-                  [&exhausted](absl::Status s) {
-                    if (absl::IsResourceExhausted(s)) ++exhausted;
-                  });
+    g.log->Append(Req(gid, {MakeRegistered(gid, 1)}), [&](absl::Status s) {
+      if (absl::IsResourceExhausted(s)) {
+        ++exhausted;  // on this thread, at once
+      } else {
+        done.Callback()(std::move(s));
+      }
+    });
   }
-  CHECK(exhausted == 20);  // refused at once, on this thread
-  g.gate.Release();
-  done.AwaitCount(1);
-  // The ten queued ones land; the queue takes more again.
+  CHECK(exhausted == 20);
+  writer_gate.Release();
+  first_done.get_future().wait();
+  done.AwaitCount(10);
+  for (const absl::Status& s : done.results) CHECK(s.ok());
+  // The queue takes more again.
   CHECK(AppendAndWait(*g.log, Req("later", {MakeRegistered("later", 1)})).ok());
   ListQuery q;
   q.page_size = 100;

@@ -110,6 +110,12 @@ class RocksDbLog::Impl {
     }
     cv_.notify_all();
     if (writer_.joinable()) writer_.join();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sync_stop_ = true;
+    }
+    sync_cv_.notify_all();
+    if (syncer_.joinable()) syncer_.join();
     if (db_ != nullptr) {
       (void)db_->Close();  // a frozen or failed disk may refuse; nothing to do
     }
@@ -130,9 +136,9 @@ class RocksDbLog::Impl {
     return failure_;
   }
   double MeanGroupSize() const {
-    const uint64_t groups = groups_.load();
-    return groups == 0 ? 0.0
-                       : static_cast<double>(group_items_.load()) / groups;
+    const uint64_t syncs = syncs_.load();
+    return syncs == 0 ? 0.0
+                      : static_cast<double>(synced_appends_.load()) / syncs;
   }
   int64_t horizon() const { return horizon_.load(); }
 
@@ -148,6 +154,7 @@ class RocksDbLog::Impl {
   };
 
   void WriterLoop();
+  void SyncerLoop();
   void ProcessGroup(std::deque<WorkItem>& group);
   absl::Status ApplyItem(WorkItem& item, GroupView& view,
                          rocksdb::WriteBatch& batch);
@@ -181,6 +188,11 @@ class RocksDbLog::Impl {
   bool stop_ = false;
   absl::Status failure_;
   std::thread writer_;
+  // Written durable items waiting for the syncer (guarded by mu_).
+  std::deque<WorkItem> syncing_;
+  std::condition_variable sync_cv_;
+  bool sync_stop_ = false;
+  std::thread syncer_;
 
   // Written by the writer only (after its write succeeded); read anywhere.
   std::atomic<int64_t> live_bytes_{0};
@@ -190,8 +202,6 @@ class RocksDbLog::Impl {
   std::atomic<uint64_t> syncs_{0};
   std::atomic<uint64_t> synced_appends_{0};
   std::atomic<uint64_t> buffered_appends_{0};
-  std::atomic<uint64_t> groups_{0};
-  std::atomic<uint64_t> group_items_{0};
 };
 
 absl::Status RocksDbLog::Impl::Open() {
@@ -304,6 +314,7 @@ absl::Status RocksDbLog::Impl::Open() {
     return s;
   }
   unfinished_ = unfinished;
+  syncer_ = std::thread([this] { SyncerLoop(); });
   writer_ = std::thread([this] { WriterLoop(); });
   return absl::OkStatus();
 }
@@ -357,11 +368,16 @@ void RocksDbLog::Impl::FailStop(absl::Status status,
   absl::Status failure = absl::UnavailableError(
       absl::StrCat("WAL failed and stopped (fail-stop): ", status.message()));
   std::deque<WorkItem> queued;
+  std::deque<WorkItem> unsynced;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failure_.ok()) failure_ = failure;
     failure = failure_;
     queued.swap(queue_);
+    unsynced.swap(syncing_);
+  }
+  for (WorkItem& item : unsynced) {
+    if (item.done) item.done(failure);
   }
   for (WorkItem& item : group) {
     if (item.done) item.done(failure);
@@ -574,6 +590,17 @@ absl::Status RocksDbLog::Impl::ApplyItem(WorkItem& item, GroupView& view,
 }
 
 void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!failure_.ok()) {  // the syncer failed while this group waited
+      const absl::Status failure = failure_;
+      lock.unlock();
+      for (WorkItem& item : group) {
+        if (item.done) item.done(failure);
+      }
+      return;
+    }
+  }
   GroupView view;
   view.live_bytes = live_bytes_.load();
   view.unfinished = unfinished_.load();
@@ -599,8 +626,6 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
       refused.emplace_back(&item, std::move(s));
     }
   }
-  groups_.fetch_add(1);
-  group_items_.fetch_add(group.size());
   for (auto& [item, status] : refused) {
     if (item->done) item->done(std::move(status));
     item->done = nullptr;
@@ -625,12 +650,22 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
     FailStop(std::move(s), group);
     return;
   }
-  // Written: what readers see now. Buffered appends complete now, durable
-  // ones after the sync.
+  // Written: what readers see now. The durable items go to the syncer (the
+  // syncer syncs while this thread writes the next group: one sync covers
+  // every group written before it starts); buffered ones complete now.
   live_bytes_ = view.live_bytes;
   unfinished_ = view.unfinished;
   horizon_ = view.horizon;
   owner_epoch_ = view.owner_epoch;
+  if (needs_sync) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (WorkItem* item : accepted) {
+        if (item->durable && item->done) syncing_.push_back(std::move(*item));
+      }
+    }
+    sync_cv_.notify_one();
+  }
   for (WorkItem* item : accepted) {
     if (!item->durable) {
       buffered_appends_.fetch_add(1);
@@ -638,21 +673,36 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
       item->done = nullptr;
     }
   }
-  if (needs_sync) {
-    s = failpoint::Eval("wal.before_sync");
+}
+
+void RocksDbLog::Impl::SyncerLoop() {
+  while (true) {
+    std::deque<WorkItem> written;
+    absl::Status failure;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      sync_cv_.wait(lock, [this] { return sync_stop_ || !syncing_.empty(); });
+      if (syncing_.empty()) return;  // stopping, nothing left
+      written.swap(syncing_);
+      failure = failure_;
+    }
+    if (!failure.ok()) {
+      for (WorkItem& item : written) {
+        if (item.done) item.done(failure);
+      }
+      continue;
+    }
+    absl::Status s = failpoint::Eval("wal.before_sync");
     if (s.ok()) s = FromRocks(db_->SyncWAL(), "sync of the WAL");
     if (s.ok()) s = failpoint::Eval("wal.after_sync");
     if (!s.ok()) {
-      FailStop(std::move(s), group);
-      return;
+      FailStop(std::move(s), written);
+      continue;
     }
     syncs_.fetch_add(1);
-  }
-  for (WorkItem* item : accepted) {
-    if (item->done) {
-      if (item->kind == WorkItem::Kind::kAppend) synced_appends_.fetch_add(1);
-      item->done(absl::OkStatus());
-      item->done = nullptr;
+    for (WorkItem& item : written) {
+      if (item.kind == WorkItem::Kind::kAppend) synced_appends_.fetch_add(1);
+      item.done(absl::OkStatus());
     }
   }
 }
