@@ -182,6 +182,8 @@ class RocksDbLog::Impl {
   std::unique_ptr<rocksdb::DB> db_;
   std::filesystem::path db_dir_;
 
+  // Held around every write and sync of RocksDB's WAL; taken before mu_.
+  std::mutex io_mu_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<WorkItem> queue_;
@@ -641,14 +643,22 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
     batch.Put(keys::kDedupHorizon,
               U64Value(static_cast<uint64_t>(view.horizon)));
   }
-  absl::Status s = failpoint::Eval("wal.before_write");
-  if (s.ok())
-    s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
-  if (s.ok()) s = FromRocks(db_->FlushWAL(false), "write of the WAL");
-  if (s.ok()) s = failpoint::Eval("wal.after_write");
-  if (!s.ok()) {
-    FailStop(std::move(s), group);
-    return;
+  {
+    // Writes and syncs never overlap inside RocksDB: after an I/O error its
+    // WAL writer must not be used again, and only the holder of io_mu_
+    // (which checks failure_ first) touches it.
+    std::lock_guard<std::mutex> io(io_mu_);
+    absl::Status s = failure();
+    if (s.ok()) s = failpoint::Eval("wal.before_write");
+    if (s.ok()) {
+      s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
+    }
+    if (s.ok()) s = FromRocks(db_->FlushWAL(false), "write of the WAL");
+    if (s.ok()) s = failpoint::Eval("wal.after_write");
+    if (!s.ok()) {
+      FailStop(std::move(s), group);
+      return;
+    }
   }
   // Written: what readers see now. The durable items go to the syncer (the
   // syncer syncs while this thread writes the next group: one sync covers
@@ -692,12 +702,16 @@ void RocksDbLog::Impl::SyncerLoop() {
       }
       continue;
     }
-    absl::Status s = failpoint::Eval("wal.before_sync");
-    if (s.ok()) s = FromRocks(db_->SyncWAL(), "sync of the WAL");
-    if (s.ok()) s = failpoint::Eval("wal.after_sync");
-    if (!s.ok()) {
-      FailStop(std::move(s), written);
-      continue;
+    {
+      std::lock_guard<std::mutex> io(io_mu_);
+      absl::Status s = this->failure();
+      if (s.ok()) s = failpoint::Eval("wal.before_sync");
+      if (s.ok()) s = FromRocks(db_->SyncWAL(), "sync of the WAL");
+      if (s.ok()) s = failpoint::Eval("wal.after_sync");
+      if (!s.ok()) {
+        FailStop(std::move(s), written);
+        continue;
+      }
     }
     syncs_.fetch_add(1);
     for (WorkItem& item : written) {

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "fault_injection_fs.h"
 #include "record_codec.h"
 #include "tcc/identity/content_hash.h"
@@ -104,7 +105,7 @@ tcc::wal::Registered Registration(const std::string& gid, int64_t at) {
   r.revision = 1;
   for (int i = 0; i < 2; ++i) {
     tcc::wal::BranchSpec b;
-    b.branch_id = "b" + std::to_string(i);
+    b.branch_id = absl::StrCat("b", i);
     b.participant = i == 0 ? "stock" : "payment";
     b.action = "reserve";
     b.payload = std::string(64, 'p');
@@ -152,7 +153,7 @@ struct DurableResult {
 DurableResult Durable(RocksDbLog& log, int callers, double seconds, int round) {
   std::vector<std::string> gids;
   for (int c = 0; c < callers; ++c) {
-    gids.push_back("bench-" + std::to_string(round) + "-" + std::to_string(c));
+    gids.push_back(absl::StrCat("bench-", round, "-", c));
     if (!AppendAndWait(log, {gids.back(),
                              {Registration(gids.back(), 1)},
                              Durability::kDurable})
@@ -204,7 +205,7 @@ double RecoveryScan(const std::filesystem::path& dir, int txns) {
     std::condition_variable cv;
     int in_flight = 0;
     for (int i = 0; i < txns; ++i) {
-      const std::string gid = "rec-" + std::to_string(i);
+      const std::string gid = absl::StrCat("rec-", i);
       {
         std::unique_lock<std::mutex> lock(m);
         cv.wait(lock, [&] { return in_flight < 5000; });
