@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -182,8 +183,12 @@ class RocksDbLog::Impl {
   std::unique_ptr<rocksdb::DB> db_;
   std::filesystem::path db_dir_;
 
-  // Held around every write and sync of RocksDB's WAL; taken before mu_.
+  // Held around every flush and sync of RocksDB's WAL; taken before mu_.
   std::mutex io_mu_;
+  // The writer's cache of unfinished transactions' summaries as last
+  // written (writer thread only), to spare a read per append.
+  static constexpr size_t kMaxHotSummaries = 1 << 18;
+  std::unordered_map<std::string, SummaryEntry> hot_summaries_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<WorkItem> queue_;
@@ -393,6 +398,10 @@ absl::StatusOr<std::optional<SummaryEntry>> RocksDbLog::Impl::ViewSummary(
     GroupView& view, const std::string& gid) {
   auto it = view.summaries.find(gid);
   if (it != view.summaries.end()) return it->second;
+  auto hot = hot_summaries_.find(gid);
+  if (hot != hot_summaries_.end()) {
+    return view.summaries.emplace(gid, hot->second).first->second;
+  }
   std::string value;
   rocksdb::Status s =
       db_->Get(rocksdb::ReadOptions(), keys::Summary(gid), &value);
@@ -643,23 +652,38 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
     batch.Put(keys::kDedupHorizon,
               U64Value(static_cast<uint64_t>(view.horizon)));
   }
-  {
-    // Writes and syncs never overlap inside RocksDB: after an I/O error its
-    // WAL writer must not be used again, and only the holder of io_mu_
-    // (which checks failure_ first) touches it.
+  // The write goes to the memtable and the WAL's buffer, and may overlap
+  // the syncer's sync. Moving the buffer to the file (FlushWAL) and syncing
+  // take turns: once a flush failed, RocksDB's WAL writer must not be synced
+  // (it asserts), so the syncer checks failure_ under io_mu_ first.
+  absl::Status s = failure();
+  if (s.ok()) s = failpoint::Eval("wal.before_write");
+  if (s.ok()) {
+    s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
+  }
+  if (s.ok()) {
     std::lock_guard<std::mutex> io(io_mu_);
-    absl::Status s = failure();
-    if (s.ok()) s = failpoint::Eval("wal.before_write");
-    if (s.ok()) {
-      s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
-    }
+    s = failure();
     if (s.ok()) s = FromRocks(db_->FlushWAL(false), "write of the WAL");
-    if (s.ok()) s = failpoint::Eval("wal.after_write");
     if (!s.ok()) {
-      FailStop(std::move(s), group);
+      FailStop(std::move(s), group);  // under io_mu_: before any next sync
       return;
     }
   }
+  if (s.ok()) s = failpoint::Eval("wal.after_write");
+  if (!s.ok()) {
+    FailStop(std::move(s), group);
+    return;
+  }
+  // Written: the summaries this group leaves stay at hand for the next one.
+  for (auto& [gid, entry] : view.summaries) {
+    if (entry.has_value() && !IsFinal(entry->stored.summary.state)) {
+      hot_summaries_[gid] = *std::move(entry);
+    } else {
+      hot_summaries_.erase(gid);
+    }
+  }
+  if (hot_summaries_.size() > kMaxHotSummaries) hot_summaries_.clear();
   // Written: what readers see now. The durable items go to the syncer (the
   // syncer syncs while this thread writes the next group: one sync covers
   // every group written before it starts); buffered ones complete now.

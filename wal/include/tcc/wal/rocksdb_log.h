@@ -16,11 +16,11 @@
 // (and refused items) complete then, on the writer thread. The durable ones
 // go to a syncer thread, which syncs the WAL once for every group written
 // since its last sync and completes them, while the writer already writes
-// the next group (a pipeline of two: checking and encoding a group overlaps
-// the previous group's sync; RocksDB's own write and sync calls take turns,
-// because after an I/O error its WAL writer must not be touched again). The
-// queue is bounded (`max_queued`): beyond it Append fails RESOURCE_EXHAUSTED at
-// once.
+// the next group (a pipeline of two: checking, encoding and the memtable
+// insert of a group overlap the previous group's sync; moving RocksDB's WAL
+// buffer to its file and syncing take turns, because after an I/O error its
+// WAL writer must not be synced again). The queue is bounded (`max_queued`):
+// beyond it Append fails RESOURCE_EXHAUSTED at once.
 //
 // Failpoints (tcc/failpoint): wal.before_write and wal.after_write,
 // evaluated by the writer for each group; wal.before_sync and
