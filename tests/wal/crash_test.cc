@@ -147,6 +147,90 @@ TEST_CASE("after a crash every durable ack is there, whole; nothing is half") {
   }
 }
 
+// DESIGN.md section 10: a crash can neither lose a used approval nor make it
+// usable again; the decision and the use are one write.
+TEST_CASE("after a crash an approval is used exactly when its decision is") {
+  std::mt19937_64 rng(777);
+  for (int round = 0; round < 12; ++round) {
+    INFO("round " << round);
+    TempDir dir;
+    auto fs = std::make_shared<FaultInjectionFs>();
+    RocksDbLogOptions options;
+    options.data_dir = dir.str();
+    options.file_system = fs;
+    auto log = OpenOrDie(options);
+    constexpr int kTxns = 40;
+    std::vector<bool> acked(kTxns, false);
+    for (int i = 0; i < kTxns; ++i) {
+      const std::string gid = "g" + std::to_string(i);
+      REQUIRE(AppendAndWait(*log, Req(gid, {MakeRegistered(gid, 1)})).ok());
+      Approval a;
+      a.approval_id = "ap" + std::to_string(i);
+      a.action = ApprovalAction::kForceCancel;
+      a.gid = gid;
+      a.revision = 7;
+      a.content_hash = HashOf("content:" + gid);
+      a.expires_at_ms = 10000;
+      REQUIRE(PutApprovalAndWait(*log, a).ok());
+    }
+    // Decide them all at once, from many callers; the power goes out after a
+    // random number of acknowledgements.
+    const int crash_after = static_cast<int>(rng() % kTxns);
+    std::mutex mu;
+    std::condition_variable cv;
+    int acks = 0;
+    int finished = 0;
+    for (int i = 0; i < kTxns; ++i) {
+      Decided d = MakeDecided(Decision::kCancel, 500);
+      d.approval_id = "ap" + std::to_string(i);
+      const Durability durability =
+          rng() % 4 == 0 ? Durability::kBuffered : Durability::kDurable;
+      log->Append(Req("g" + std::to_string(i), {d}, durability),
+                  [&, i, durability](absl::Status s) {
+                    std::lock_guard<std::mutex> lock(mu);
+                    if (s.ok() && durability == Durability::kDurable) {
+                      acked[i] = true;
+                    }
+                    acks += s.ok() ? 1 : 0;
+                    ++finished;
+                    cv.notify_all();
+                  });
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return acks >= crash_after || finished == kTxns; });
+    }
+    fs->Freeze();
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return finished == kTxns; });
+    }
+    log.reset();
+    fs->SimulateCrash(static_cast<TearMode>(rng() % 3), rng);
+    options.file_system = nullptr;
+    auto reopened = OpenOrDie(options);
+    for (int i = 0; i < kTxns; ++i) {
+      INFO("txn " << i);
+      absl::StatusOr<TxnLog> txn = reopened->Read("g" + std::to_string(i));
+      absl::StatusOr<Approval> a =
+          reopened->ReadApproval("ap" + std::to_string(i));
+      REQUIRE(txn.ok());
+      REQUIRE(a.ok());
+      const bool decided = txn->summary.decision == Decision::kCancel;
+      CHECK(decided == (a->used_at_ms == 500));
+      if (acked[i]) CHECK(decided);
+      if (!decided) {
+        // Still usable, exactly once.
+        Decided d = MakeDecided(Decision::kCancel, 600);
+        d.approval_id = a->approval_id;
+        CHECK(AppendAndWait(*reopened, Req(txn->summary.gid, {d})).ok());
+        CHECK(absl::IsFailedPrecondition(
+            AppendAndWait(*reopened, Req(txn->summary.gid, {d}))));
+      }
+    }
+  }
+}
+
 TEST_CASE("an injected sync error fails every waiting append, then all") {
   TempDir dir;
   auto fs = std::make_shared<FaultInjectionFs>();
