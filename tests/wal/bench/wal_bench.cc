@@ -11,6 +11,7 @@
 // Each durable figure is the median run of 3 (argv[3]) of 2 s (argv[2]).
 // The last line is the summary scripts and README quote.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,14 @@ using tcc::wal::AppendRequest;
 using tcc::wal::Durability;
 using tcc::wal::RocksDbLog;
 using tcc::wal::RocksDbLogOptions;
+
+// CPU time the whole process used so far (all threads), in seconds.
+double ProcessCpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+         (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
 
 double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -150,6 +159,7 @@ struct DurableResult {
   double p50_us = 0;
   double p99_us = 0;
   double group = 0;
+  double cpu_us = 0;  // process CPU time per append
 };
 
 DurableResult Durable(RocksDbLog& log, int callers, double seconds, int round) {
@@ -165,6 +175,7 @@ DurableResult Durable(RocksDbLog& log, int callers, double seconds, int round) {
     }
   }
   const tcc::wal::LogStats before = log.Stats();
+  const double cpu_before = ProcessCpuSeconds();
   std::atomic<bool> stop{false};
   std::vector<Latencies> lat(callers);
   std::vector<std::thread> threads;
@@ -197,7 +208,8 @@ DurableResult Durable(RocksDbLog& log, int callers, double seconds, int round) {
       static_cast<double>(after.synced_appends - before.synced_appends);
   const double syncs = static_cast<double>(after.syncs - before.syncs);
   return {appends / elapsed, all.Percentile(0.5), all.Percentile(0.99),
-          syncs > 0 ? appends / syncs : 0};
+          syncs > 0 ? appends / syncs : 0,
+          (ProcessCpuSeconds() - cpu_before) * 1e6 / std::max(1.0, appends)};
 }
 
 // The same load with callers that are not threads: each caller is a chain
@@ -247,6 +259,7 @@ DurableResult DurableChained(RocksDbLog& log, int callers, double seconds,
                });
   };
   const tcc::wal::LogStats before = log.Stats();
+  const double cpu_before = ProcessCpuSeconds();
   const auto start = Clock::now();
   for (int c = 0; c < callers; ++c) issue(c);
   while (Seconds(Clock::now() - start) < seconds) {
@@ -269,7 +282,8 @@ DurableResult DurableChained(RocksDbLog& log, int callers, double seconds,
           syncs > 0 ? static_cast<double>(after.synced_appends -
                                           before.synced_appends) /
                           syncs
-                    : 0};
+                    : 0,
+          (ProcessCpuSeconds() - cpu_before) * 1e6 / std::max(1.0, appends)};
 }
 
 // The run with the median throughput of `runs` runs (the machine may be
@@ -356,9 +370,9 @@ int main(int argc, char** argv) {
       by_callers[i] = MedianOf(*log, callers[i], seconds, i, runs);
       std::printf(
           "durable, %3d callers: %8.0f appends/s, p50 %6.0f us, p99 %6.0f us, "
-          "mean group %.1f\n",
+          "mean group %.1f, cpu %.1f us/append\n",
           callers[i], by_callers[i].per_s, by_callers[i].p50_us,
-          by_callers[i].p99_us, by_callers[i].group);
+          by_callers[i].p99_us, by_callers[i].group, by_callers[i].cpu_us);
       std::fflush(stdout);
     }
   }
@@ -372,8 +386,8 @@ int main(int argc, char** argv) {
     slow = MedianOf(*log, 256, seconds, 9, runs);
     std::printf(
         "slow fsync (+1 ms), 256 callers: %8.0f appends/s, p50 %6.0f us, "
-        "p99 %6.0f us, mean group %.1f\n",
-        slow.per_s, slow.p50_us, slow.p99_us, slow.group);
+        "p99 %6.0f us, mean group %.1f, cpu %.1f us/append\n",
+        slow.per_s, slow.p50_us, slow.p99_us, slow.group, slow.cpu_us);
     std::fflush(stdout);
   }
 
@@ -382,8 +396,9 @@ int main(int argc, char** argv) {
     const DurableResult chained = DurableChained(*log, 256, seconds, 20);
     std::printf(
         "durable, 256 chained callers (no threads): %8.0f appends/s, p50 "
-        "%6.0f us, p99 %6.0f us, mean group %.1f\n",
-        chained.per_s, chained.p50_us, chained.p99_us, chained.group);
+        "%6.0f us, p99 %6.0f us, mean group %.1f, cpu %.1f us/append\n",
+        chained.per_s, chained.p50_us, chained.p99_us, chained.group,
+        chained.cpu_us);
   }
   {
     auto fs = std::make_shared<tcc::wal::testing::FaultInjectionFs>();
@@ -393,8 +408,10 @@ int main(int argc, char** argv) {
     const DurableResult chained = DurableChained(*log, 256, seconds, 21);
     std::printf(
         "slow fsync (+1 ms), 256 chained callers (no threads): %8.0f "
-        "appends/s, p50 %6.0f us, p99 %6.0f us, mean group %.1f\n",
-        chained.per_s, chained.p50_us, chained.p99_us, chained.group);
+        "appends/s, p50 %6.0f us, p99 %6.0f us, mean group %.1f, cpu %.1f "
+        "us/append\n",
+        chained.per_s, chained.p50_us, chained.p99_us, chained.group,
+        chained.cpu_us);
     std::fflush(stdout);
   }
 
