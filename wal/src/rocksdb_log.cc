@@ -80,7 +80,18 @@ std::string U64Value(uint64_t v) {
   return out;
 }
 
-// A summary as the writer sees it, with its encoded size for byte counts.
+// True when two summaries say the same (the counts are not part of them).
+bool SameSummary(const TxnSummary& a, const TxnSummary& b) {
+  return a.gid == b.gid && a.state == b.state && a.decision == b.decision &&
+         a.content_hash == b.content_hash && a.revision == b.revision &&
+         a.created_at_ms == b.created_at_ms &&
+         a.registered_at_ms == b.registered_at_ms &&
+         a.finished_at_ms == b.finished_at_ms &&
+         a.participants == b.participants && a.compacted == b.compacted;
+}
+
+// A summary as the writer sees it: record_count and record_bytes exact (not
+// as last stored), and the size of its stored encoding for byte counts.
 struct SummaryEntry {
   StoredSummary stored;
   size_t encoded_size = 0;
@@ -410,6 +421,30 @@ absl::StatusOr<std::optional<SummaryEntry>> RocksDbLog::Impl::ViewSummary(
     absl::StatusOr<StoredSummary> stored = internal::DecodeSummary(value);
     if (!stored.ok()) return stored.status();
     entry = SummaryEntry{*std::move(stored), value.size()};
+    // The stored counts are as of the summary's last write; the records
+    // themselves say how many there are now.
+    entry->stored.record_count = 0;
+    entry->stored.record_bytes = 0;
+    const std::string prefix = keys::RecordPrefix(gid);
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+         it->Next()) {
+      std::string_view seq_bytes =
+          it->key().ToStringView().substr(prefix.size());
+      uint64_t seq = 0;
+      if (!internal::GetU64(seq_bytes, seq) || !seq_bytes.empty()) {
+        return absl::DataLossError(
+            absl::StrCat("WAL: malformed record key of gid ", gid));
+      }
+      entry->stored.record_count =
+          std::max(entry->stored.record_count, seq + 1);
+      entry->stored.record_bytes += it->key().size() + it->value().size();
+    }
+    if (absl::Status st = FromRocks(it->status(), "reading records");
+        !st.ok()) {
+      return st;
+    }
   } else if (!s.IsNotFound()) {
     return FromRocks(s, "reading a summary");
   }
@@ -460,10 +495,14 @@ absl::Status RocksDbLog::Impl::ApplyAppend(const AppendRequest& request,
   SummaryEntry entry;
   int64_t delta = 0;
   bool was_final = false;
+  // The summary is written when it changes (or is new), not for every
+  // record: a record alone only moves the counts, which the writer keeps
+  // exact in memory and derives from the records after a restart.
+  bool write_summary = true;
   if (current->has_value()) {
     entry = **current;
     was_final = IsFinal(entry.stored.summary.state);
-    delta -= static_cast<int64_t>(entry.encoded_size);
+    write_summary = !SameSummary(entry.stored.summary, plan->summary);
   } else {
     delta += static_cast<int64_t>(keys::Summary(request.gid).size());
   }
@@ -494,11 +533,14 @@ absl::Status RocksDbLog::Impl::ApplyAppend(const AppendRequest& request,
     --view.unfinished;
   }
   entry.stored.summary = next;
-  const std::string summary = internal::EncodeSummary(
-      next, entry.stored.record_count, entry.stored.record_bytes);
-  entry.encoded_size = summary.size();
-  delta += static_cast<int64_t>(summary.size());
-  batch.Put(keys::Summary(request.gid), summary);
+  if (write_summary) {
+    const std::string summary = internal::EncodeSummary(
+        next, entry.stored.record_count, entry.stored.record_bytes);
+    delta += static_cast<int64_t>(summary.size()) -
+             static_cast<int64_t>(entry.encoded_size);
+    entry.encoded_size = summary.size();
+    batch.Put(keys::Summary(request.gid), summary);
+  }
   view.summaries[request.gid] = entry;
   for (const Approval& used : plan->consumed) {
     const std::string value = internal::EncodeApproval(used);
