@@ -104,6 +104,34 @@ TEST_CASE("an interactive transaction opens, adds branches, commits") {
   CHECK(s.participants == std::vector<std::string>{"ledger"});
 }
 
+TEST_CASE("records appended after a reopen follow the earlier ones") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  std::vector<Record> all = {MakeRegistered("g1", 100)};
+  REQUIRE(AppendAndWait(h->log(), Req("g1", {all[0]})).ok());
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t i = 0; i < 5; ++i) {
+      PhaseUpdate p = MakePhase("b0", PhaseState::kUnknown);
+      p.attempts = round * 10 + i;
+      all.push_back(p);
+      REQUIRE(AppendAndWait(h->log(), Req("g1", {p},
+                                          round == 1 ? Durability::kBuffered
+                                                     : Durability::kDurable))
+                  .ok());
+    }
+    h->Reopen();
+    absl::StatusOr<TxnLog> txn = h->log().Read("g1");
+    REQUIRE(txn.ok());
+    CHECK(Encoded(txn->records) == Encoded(all));
+  }
+  REQUIRE(AppendAndWait(h->log(),
+                        Req("g1", {MakeDecided(Decision::kCancel),
+                                   MakeFinished(TxnState::kCancelled, 9)}))
+              .ok());
+  h->Reopen();
+  CHECK(h->log().Read("g1")->records.size() == all.size() + 2);
+  CHECK(h->log().Read("g1")->summary.state == TxnState::kCancelled);
+}
+
 TEST_CASE("registering a gid twice is ALREADY_EXISTS and writes nothing") {
   FOR_EACH_LOG(h, RetentionPolicy{});
   Log& log = h->log();

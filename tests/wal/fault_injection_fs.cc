@@ -64,11 +64,12 @@ class TrackedFile : public rocksdb::FSWritableFileOwnerWrapper {
  private:
   template <typename F>
   IOStatus SyncWith(F sync) {
-    // Flush the base file's buffer, then sync: the fault state changes only
-    // once the base sync succeeded.
+    // A sync makes durable what was written before it started; the fault
+    // state changes only once the base sync succeeded.
+    const uint64_t written = fs_->WrittenSize(fname_);
     IOStatus s = sync();
     if (!s.ok()) return s;
-    return fs_->OnSync(fname_);
+    return fs_->OnSync(fname_, written);
   }
 
   FaultInjectionFs* fs_;
@@ -179,7 +180,12 @@ IOStatus FaultInjectionFs::OnTruncate(const std::string& fname, uint64_t size) {
   return IOStatus::OK();
 }
 
-IOStatus FaultInjectionFs::OnSync(const std::string& fname) {
+uint64_t FaultInjectionFs::WrittenSize(const std::string& fname) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return files_[fname].size;
+}
+
+IOStatus FaultInjectionFs::OnSync(const std::string& fname, uint64_t written) {
   std::function<void()> delay;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -191,7 +197,7 @@ IOStatus FaultInjectionFs::OnSync(const std::string& fname) {
   if (fail_syncs_) return IOStatus::IOError("FaultInjectionFs: sync fails");
   ++syncs_;
   FileState& st = files_[fname];
-  st.synced = st.size;
+  st.synced = std::max(st.synced, std::min(written, st.size));
   return IOStatus::OK();
 }
 

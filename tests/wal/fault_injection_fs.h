@@ -80,7 +80,8 @@ class FaultInjectionFs : public rocksdb::FileSystemWrapper {
 
   // Called by the file wrappers.
   rocksdb::IOStatus OnAppend(const std::string& fname, size_t bytes);
-  rocksdb::IOStatus OnSync(const std::string& fname);
+  uint64_t WrittenSize(const std::string& fname);
+  rocksdb::IOStatus OnSync(const std::string& fname, uint64_t written);
   rocksdb::IOStatus OnTruncate(const std::string& fname, uint64_t size);
 
  private:

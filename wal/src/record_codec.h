@@ -34,8 +34,9 @@
 //                    hash content_hash, u64 revision, i64 created_at_ms,
 //                    i64 registered_at_ms, i64 finished_at_ms,
 //                    u32 n, n x string participant, u8 compacted,
-//                    u64 record_count (the next record sequence number),
-//                    u64 record_bytes (key and value bytes of its records)
+//                    u64 record_count, u64 record_bytes (how many records
+//                    the gid had, and their key and value bytes, when the
+//                    summary was last written; advisory)
 //
 //   approval       = u8 version, string approval_id, u8 action, string gid,
 //                    u64 revision, hash content_hash, string branch_id,

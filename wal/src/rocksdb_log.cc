@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -79,7 +80,18 @@ std::string U64Value(uint64_t v) {
   return out;
 }
 
-// A summary as the writer sees it, with its encoded size for byte counts.
+// True when two summaries say the same (the counts are not part of them).
+bool SameSummary(const TxnSummary& a, const TxnSummary& b) {
+  return a.gid == b.gid && a.state == b.state && a.decision == b.decision &&
+         a.content_hash == b.content_hash && a.revision == b.revision &&
+         a.created_at_ms == b.created_at_ms &&
+         a.registered_at_ms == b.registered_at_ms &&
+         a.finished_at_ms == b.finished_at_ms &&
+         a.participants == b.participants && a.compacted == b.compacted;
+}
+
+// A summary as the writer sees it: record_count and record_bytes exact (not
+// as last stored), and the size of its stored encoding for byte counts.
 struct SummaryEntry {
   StoredSummary stored;
   size_t encoded_size = 0;
@@ -110,6 +122,12 @@ class RocksDbLog::Impl {
     }
     cv_.notify_all();
     if (writer_.joinable()) writer_.join();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sync_stop_ = true;
+    }
+    sync_cv_.notify_all();
+    if (syncer_.joinable()) syncer_.join();
     if (db_ != nullptr) {
       (void)db_->Close();  // a frozen or failed disk may refuse; nothing to do
     }
@@ -130,9 +148,9 @@ class RocksDbLog::Impl {
     return failure_;
   }
   double MeanGroupSize() const {
-    const uint64_t groups = groups_.load();
-    return groups == 0 ? 0.0
-                       : static_cast<double>(group_items_.load()) / groups;
+    const uint64_t syncs = syncs_.load();
+    return syncs == 0 ? 0.0
+                      : static_cast<double>(synced_appends_.load()) / syncs;
   }
   int64_t horizon() const { return horizon_.load(); }
 
@@ -148,6 +166,7 @@ class RocksDbLog::Impl {
   };
 
   void WriterLoop();
+  void SyncerLoop();
   void ProcessGroup(std::deque<WorkItem>& group);
   absl::Status ApplyItem(WorkItem& item, GroupView& view,
                          rocksdb::WriteBatch& batch);
@@ -175,12 +194,23 @@ class RocksDbLog::Impl {
   std::unique_ptr<rocksdb::DB> db_;
   std::filesystem::path db_dir_;
 
+  // Held around every flush and sync of RocksDB's WAL; taken before mu_.
+  std::mutex io_mu_;
+  // The writer's cache of unfinished transactions' summaries as last
+  // written (writer thread only), to spare a read per append.
+  static constexpr size_t kMaxHotSummaries = 1 << 18;
+  std::unordered_map<std::string, SummaryEntry> hot_summaries_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<WorkItem> queue_;
   bool stop_ = false;
   absl::Status failure_;
   std::thread writer_;
+  // Written durable items waiting for the syncer (guarded by mu_).
+  std::deque<WorkItem> syncing_;
+  std::condition_variable sync_cv_;
+  bool sync_stop_ = false;
+  std::thread syncer_;
 
   // Written by the writer only (after its write succeeded); read anywhere.
   std::atomic<int64_t> live_bytes_{0};
@@ -190,8 +220,6 @@ class RocksDbLog::Impl {
   std::atomic<uint64_t> syncs_{0};
   std::atomic<uint64_t> synced_appends_{0};
   std::atomic<uint64_t> buffered_appends_{0};
-  std::atomic<uint64_t> groups_{0};
-  std::atomic<uint64_t> group_items_{0};
 };
 
 absl::Status RocksDbLog::Impl::Open() {
@@ -304,6 +332,7 @@ absl::Status RocksDbLog::Impl::Open() {
     return s;
   }
   unfinished_ = unfinished;
+  syncer_ = std::thread([this] { SyncerLoop(); });
   writer_ = std::thread([this] { WriterLoop(); });
   return absl::OkStatus();
 }
@@ -357,11 +386,16 @@ void RocksDbLog::Impl::FailStop(absl::Status status,
   absl::Status failure = absl::UnavailableError(
       absl::StrCat("WAL failed and stopped (fail-stop): ", status.message()));
   std::deque<WorkItem> queued;
+  std::deque<WorkItem> unsynced;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failure_.ok()) failure_ = failure;
     failure = failure_;
     queued.swap(queue_);
+    unsynced.swap(syncing_);
+  }
+  for (WorkItem& item : unsynced) {
+    if (item.done) item.done(failure);
   }
   for (WorkItem& item : group) {
     if (item.done) item.done(failure);
@@ -375,6 +409,10 @@ absl::StatusOr<std::optional<SummaryEntry>> RocksDbLog::Impl::ViewSummary(
     GroupView& view, const std::string& gid) {
   auto it = view.summaries.find(gid);
   if (it != view.summaries.end()) return it->second;
+  auto hot = hot_summaries_.find(gid);
+  if (hot != hot_summaries_.end()) {
+    return view.summaries.emplace(gid, hot->second).first->second;
+  }
   std::string value;
   rocksdb::Status s =
       db_->Get(rocksdb::ReadOptions(), keys::Summary(gid), &value);
@@ -383,6 +421,30 @@ absl::StatusOr<std::optional<SummaryEntry>> RocksDbLog::Impl::ViewSummary(
     absl::StatusOr<StoredSummary> stored = internal::DecodeSummary(value);
     if (!stored.ok()) return stored.status();
     entry = SummaryEntry{*std::move(stored), value.size()};
+    // The stored counts are as of the summary's last write; the records
+    // themselves say how many there are now.
+    entry->stored.record_count = 0;
+    entry->stored.record_bytes = 0;
+    const std::string prefix = keys::RecordPrefix(gid);
+    std::unique_ptr<rocksdb::Iterator> it(
+        db_->NewIterator(rocksdb::ReadOptions()));
+    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+         it->Next()) {
+      std::string_view seq_bytes =
+          it->key().ToStringView().substr(prefix.size());
+      uint64_t seq = 0;
+      if (!internal::GetU64(seq_bytes, seq) || !seq_bytes.empty()) {
+        return absl::DataLossError(
+            absl::StrCat("WAL: malformed record key of gid ", gid));
+      }
+      entry->stored.record_count =
+          std::max(entry->stored.record_count, seq + 1);
+      entry->stored.record_bytes += it->key().size() + it->value().size();
+    }
+    if (absl::Status st = FromRocks(it->status(), "reading records");
+        !st.ok()) {
+      return st;
+    }
   } else if (!s.IsNotFound()) {
     return FromRocks(s, "reading a summary");
   }
@@ -433,10 +495,14 @@ absl::Status RocksDbLog::Impl::ApplyAppend(const AppendRequest& request,
   SummaryEntry entry;
   int64_t delta = 0;
   bool was_final = false;
+  // The summary is written when it changes (or is new), not for every
+  // record: a record alone only moves the counts, which the writer keeps
+  // exact in memory and derives from the records after a restart.
+  bool write_summary = true;
   if (current->has_value()) {
     entry = **current;
     was_final = IsFinal(entry.stored.summary.state);
-    delta -= static_cast<int64_t>(entry.encoded_size);
+    write_summary = !SameSummary(entry.stored.summary, plan->summary);
   } else {
     delta += static_cast<int64_t>(keys::Summary(request.gid).size());
   }
@@ -467,11 +533,14 @@ absl::Status RocksDbLog::Impl::ApplyAppend(const AppendRequest& request,
     --view.unfinished;
   }
   entry.stored.summary = next;
-  const std::string summary = internal::EncodeSummary(
-      next, entry.stored.record_count, entry.stored.record_bytes);
-  entry.encoded_size = summary.size();
-  delta += static_cast<int64_t>(summary.size());
-  batch.Put(keys::Summary(request.gid), summary);
+  if (write_summary) {
+    const std::string summary = internal::EncodeSummary(
+        next, entry.stored.record_count, entry.stored.record_bytes);
+    delta += static_cast<int64_t>(summary.size()) -
+             static_cast<int64_t>(entry.encoded_size);
+    entry.encoded_size = summary.size();
+    batch.Put(keys::Summary(request.gid), summary);
+  }
   view.summaries[request.gid] = entry;
   for (const Approval& used : plan->consumed) {
     const std::string value = internal::EncodeApproval(used);
@@ -574,6 +643,17 @@ absl::Status RocksDbLog::Impl::ApplyItem(WorkItem& item, GroupView& view,
 }
 
 void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!failure_.ok()) {  // the syncer failed while this group waited
+      const absl::Status failure = failure_;
+      lock.unlock();
+      for (WorkItem& item : group) {
+        if (item.done) item.done(failure);
+      }
+      return;
+    }
+  }
   GroupView view;
   view.live_bytes = live_bytes_.load();
   view.unfinished = unfinished_.load();
@@ -599,8 +679,6 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
       refused.emplace_back(&item, std::move(s));
     }
   }
-  groups_.fetch_add(1);
-  group_items_.fetch_add(group.size());
   for (auto& [item, status] : refused) {
     if (item->done) item->done(std::move(status));
     item->done = nullptr;
@@ -616,21 +694,54 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
     batch.Put(keys::kDedupHorizon,
               U64Value(static_cast<uint64_t>(view.horizon)));
   }
-  absl::Status s = failpoint::Eval("wal.before_write");
-  if (s.ok())
+  // The write goes to the memtable and the WAL's buffer, and may overlap
+  // the syncer's sync. Moving the buffer to the file (FlushWAL) and syncing
+  // take turns: once a flush failed, RocksDB's WAL writer must not be synced
+  // (it asserts), so the syncer checks failure_ under io_mu_ first.
+  absl::Status s = failure();
+  if (s.ok()) s = failpoint::Eval("wal.before_write");
+  if (s.ok()) {
     s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
-  if (s.ok()) s = FromRocks(db_->FlushWAL(false), "write of the WAL");
+  }
+  if (s.ok()) {
+    std::lock_guard<std::mutex> io(io_mu_);
+    s = failure();
+    if (s.ok()) s = FromRocks(db_->FlushWAL(false), "write of the WAL");
+    if (!s.ok()) {
+      FailStop(std::move(s), group);  // under io_mu_: before any next sync
+      return;
+    }
+  }
   if (s.ok()) s = failpoint::Eval("wal.after_write");
   if (!s.ok()) {
     FailStop(std::move(s), group);
     return;
   }
-  // Written: what readers see now. Buffered appends complete now, durable
-  // ones after the sync.
+  // Written: the summaries this group leaves stay at hand for the next one.
+  for (auto& [gid, entry] : view.summaries) {
+    if (entry.has_value() && !IsFinal(entry->stored.summary.state)) {
+      hot_summaries_[gid] = *std::move(entry);
+    } else {
+      hot_summaries_.erase(gid);
+    }
+  }
+  if (hot_summaries_.size() > kMaxHotSummaries) hot_summaries_.clear();
+  // Written: what readers see now. The durable items go to the syncer (the
+  // syncer syncs while this thread writes the next group: one sync covers
+  // every group written before it starts); buffered ones complete now.
   live_bytes_ = view.live_bytes;
   unfinished_ = view.unfinished;
   horizon_ = view.horizon;
   owner_epoch_ = view.owner_epoch;
+  if (needs_sync) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (WorkItem* item : accepted) {
+        if (item->durable && item->done) syncing_.push_back(std::move(*item));
+      }
+    }
+    sync_cv_.notify_one();
+  }
   for (WorkItem* item : accepted) {
     if (!item->durable) {
       buffered_appends_.fetch_add(1);
@@ -638,21 +749,40 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
       item->done = nullptr;
     }
   }
-  if (needs_sync) {
-    s = failpoint::Eval("wal.before_sync");
-    if (s.ok()) s = FromRocks(db_->SyncWAL(), "sync of the WAL");
-    if (s.ok()) s = failpoint::Eval("wal.after_sync");
-    if (!s.ok()) {
-      FailStop(std::move(s), group);
-      return;
+}
+
+void RocksDbLog::Impl::SyncerLoop() {
+  while (true) {
+    std::deque<WorkItem> written;
+    absl::Status failure;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      sync_cv_.wait(lock, [this] { return sync_stop_ || !syncing_.empty(); });
+      if (syncing_.empty()) return;  // stopping, nothing left
+      written.swap(syncing_);
+      failure = failure_;
+    }
+    if (!failure.ok()) {
+      for (WorkItem& item : written) {
+        if (item.done) item.done(failure);
+      }
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> io(io_mu_);
+      absl::Status s = this->failure();
+      if (s.ok()) s = failpoint::Eval("wal.before_sync");
+      if (s.ok()) s = FromRocks(db_->SyncWAL(), "sync of the WAL");
+      if (s.ok()) s = failpoint::Eval("wal.after_sync");
+      if (!s.ok()) {
+        FailStop(std::move(s), written);
+        continue;
+      }
     }
     syncs_.fetch_add(1);
-  }
-  for (WorkItem* item : accepted) {
-    if (item->done) {
-      if (item->kind == WorkItem::Kind::kAppend) synced_appends_.fetch_add(1);
-      item->done(absl::OkStatus());
-      item->done = nullptr;
+    for (WorkItem& item : written) {
+      if (item.kind == WorkItem::Kind::kAppend) synced_appends_.fetch_add(1);
+      item.done(absl::OkStatus());
     }
   }
 }

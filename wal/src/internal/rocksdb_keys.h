@@ -7,7 +7,10 @@
 //   m/dedup_horizon              u64, the horizon (as i64)
 //   m/live_bytes                 u64, key+value bytes of everything below
 //                                (the size budget's measure)
-//   s/<gid>                      summary (with record count and bytes)
+//   s/<gid>                      summary; written when it changes, not
+//                                for every record, so its record count and
+//                                bytes are as of that write (the log counts
+//                                the r/ keys when it reads one from disk)
 //   r/<gid>/<u64 seq>            record number seq of the gid (from 0)
 //   o/<i64 registered_at><gid>   "" : every transaction, by registration
 //   u/<i64 registered_at><gid>   "" : unfinished ones (the recovery scan)

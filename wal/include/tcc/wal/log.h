@@ -36,6 +36,29 @@
 //   RESOURCE_EXHAUSTED   the append queue is full (back pressure; retry later)
 //   UNAVAILABLE/DATA_LOSS the log failed and is stopped (fail-stop)
 //
+// The exact rules (wal/src/internal/txn_rules.h, the same for every
+// implementation):
+// - Registered is the first record of its append and names the append's gid;
+//   the gid, branch ids and participant names must be valid ids
+//   (INVALID_ARGUMENT). An interactive transaction starts OPEN, any other
+//   TRYING.
+// - StateChanged only moves to OPEN, TRYING or AWAITING_APPROVAL
+//   (INVALID_ARGUMENT otherwise); after a decision it, and BranchAdded, are
+//   FAILED_PRECONDITION.
+// - Decided needs Confirm or Cancel (INVALID_ARGUMENT). Its approval must be
+//   kForceCancel for Cancel, kForceConfirm or kGateApprove for Confirm. The
+//   same decision again is accepted, but an approval it names is checked
+//   again (a used one fails).
+// - BranchResolved needs a decision and a kResolveBranch approval for that
+//   branch. A record that consumes an approval needs at_ms > 0; an approval
+//   is expired when at_ms >= expires_at_ms.
+// - Finished needs the decision it implies (FAILED_PRECONDITION otherwise);
+//   finished_at_ms is the first Finished record's at_ms.
+// - A compacted transaction takes no more records (FAILED_PRECONDITION); a
+//   forgotten gid can be registered again.
+// - The retention policy is an option of each implementation
+//   (MemoryLogOptions, RocksDbLogOptions).
+//
 // Thread-safety: every method may be called from any thread. Completion
 // callbacks run on an implementation thread, or inline inside Append (the
 // in-memory log in auto-sync mode): callers must not hold, while calling

@@ -12,13 +12,19 @@
 // everything waiting, checks each item against the state as the items before
 // it leave it (the one place that checks and applies, so write-once decisions
 // and approval consumption hold under any concurrency), puts the accepted
-// ones into one WriteBatch, writes it, and syncs once if any of them is
-// durable; then it completes them all, on the writer thread. Buffered
-// appends ride along and complete once written. The queue is bounded
-// (`max_queued`): beyond it Append fails RESOURCE_EXHAUSTED at once.
+// ones into one WriteBatch and writes it to RocksDB's WAL. Buffered appends
+// (and refused items) complete then, on the writer thread. The durable ones
+// go to a syncer thread, which syncs the WAL once for every group written
+// since its last sync and completes them, while the writer already writes
+// the next group (a pipeline of two: checking, encoding and the memtable
+// insert of a group overlap the previous group's sync; moving RocksDB's WAL
+// buffer to its file and syncing take turns, because after an I/O error its
+// WAL writer must not be synced again). The queue is bounded (`max_queued`):
+// beyond it Append fails RESOURCE_EXHAUSTED at once.
 //
-// Failpoints (tcc/failpoint): wal.before_write, wal.after_write,
-// wal.before_sync, wal.after_sync, evaluated by the writer for each group.
+// Failpoints (tcc/failpoint): wal.before_write and wal.after_write,
+// evaluated by the writer for each group; wal.before_sync and
+// wal.after_sync, by the syncer for each sync.
 //
 // Fail-stop: a failed write or sync (or an `error` failpoint) fails every
 // item of the group and everything queued with UNAVAILABLE, and refuses
@@ -39,7 +45,9 @@
 // which lag deletions until RocksDB compacts.
 //
 // Thread-safety: every method may be called from any thread. Completion
-// callbacks run on the writer thread and must not block for long.
+// callbacks run on the writer or the syncer thread and must not block for
+// long; they must not call TakeOwnerEpoch or RunRetention (which wait for
+// the writer).
 #pragma once
 
 #include <cstddef>
@@ -96,7 +104,7 @@ class RocksDbLog final : public Log {
   // OK while the log works; the fail-stop error once it failed.
   absl::Status failure() const;
 
-  // Mean number of items per group commit so far (for metrics and benches).
+  // Durable appends completed per sync so far (the mean group size).
   double MeanGroupSize() const;
 
   class Impl;
