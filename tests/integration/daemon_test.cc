@@ -3,11 +3,13 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -26,6 +28,19 @@ namespace {
 namespace v1 = tcc::v1;
 using tcc::harness::BankCluster;
 using tcc::harness::ClusterOptions;
+
+std::string PostgresUrl() {
+  const char* file = std::getenv("TCC_PG_ENV_FILE");
+  REQUIRE(file != nullptr);
+  std::ifstream in(file);
+  std::string line;
+  const std::string prefix = "export TCC_PG_URL=";
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+  }
+  FAIL("no TCC_PG_URL in " << file << " (did the postgres fixture start?)");
+  return "";
+}
 
 std::string TempDir(const std::string& name) {
   std::string tmpl = std::filesystem::temp_directory_path().string() +
@@ -335,6 +350,30 @@ TEST_CASE("a participant down at Try past the deadline: Cancel") {
   CHECK(BalanceOf(c, "bank-b", 13) == 1000);
 }
 
+TEST_CASE("a Try that never arrived: Query says NOT_FOUND, Try is re-sent") {
+  // bank-b is down when the transaction starts: the Try's outcome is unknown
+  // (it may or may not have arrived). Once bank-b is back, the lookup finds
+  // nothing, so tccd re-sends the Try under the same key, before the
+  // try-deadline, and the transfer confirms.
+  BankCluster c(Options("notfound"));
+  REQUIRE(c.Start().ok());
+  c.KillBank("bank-b");
+  auto req = c.Transfer("bank-a", 18, "bank-b", 19, 15);
+  req.set_try_timeout_ms(60000);
+  req.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+  REQUIRE(c.client().Submit(req).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  auto mid = c.client().Get(req.gid());
+  REQUIRE(mid.ok());
+  CHECK(mid->state() == v1::TXN_STATE_TRYING);
+  REQUIRE(c.StartBank("bank-b").ok());
+  CHECK_OK(c.CheckFinal({req.gid()}, 45000));
+  auto view = c.client().Get(req.gid());
+  REQUIRE(view.ok());
+  CHECK(view->state() == v1::TXN_STATE_CONFIRMED);
+  CHECK(BalanceOf(c, "bank-b", 19) == 1015);
+}
+
 TEST_CASE("a participant down during Confirm is retried until it is back") {
   // bank-b dies right after committing its Confirm (2nd call there), before
   // replying; tccd keeps re-sending Confirm; after the restart the barrier
@@ -429,4 +468,35 @@ TEST_CASE("SIGTERM stops tccd cleanly; a restart serves what it had") {
   REQUIRE(view.ok());
   CHECK(view->state() == v1::TXN_STATE_CONFIRMED);
   CHECK_OK(c.CheckFinal({req.gid()}, 10000));
+}
+
+TEST_CASE("PostgreSQL banks: transfers through kill -9 of tccd, all final",
+          "[postgres]") {
+  ClusterOptions o = Options("pg");
+  o.store = "postgres";
+  o.pg_url = PostgresUrl();
+  // Unique names: each is a schema in the shared test database.
+  const std::string suffix = std::to_string(::getpid());
+  o.banks = {"bank-pa-" + suffix, "bank-pb-" + suffix};
+  BankCluster c(o);
+  REQUIRE(c.Start().ok());
+  std::vector<std::string> gids;
+  for (int i = 0; i < 10; ++i) {
+    auto req =
+        c.Transfer(o.banks[i % 2], i, o.banks[(i + 1) % 2], i + 1, 10 + i);
+    req.set_wait_for(i < 5 ? v1::WAIT_FOR_FINISHED : v1::WAIT_FOR_ACCEPTED);
+    auto r = c.client().Submit(req);
+    REQUIRE(r.ok());
+    gids.push_back(req.gid());
+    if (i == 7) {
+      c.KillTccd();
+      REQUIRE(c.StartTccd().ok());
+    }
+  }
+  auto rejected = c.Transfer(o.banks[0], 2, o.banks[1], 3, 1000000);
+  auto r = c.client().Submit(rejected);
+  REQUIRE(r.ok());
+  CHECK(r->transaction().state() == v1::TXN_STATE_CANCELLED);
+  gids.push_back(rejected.gid());
+  CHECK_OK(c.CheckFinal(gids, 60000));
 }

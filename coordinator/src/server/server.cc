@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "runtime/driver.h"
 #include "server/asio_runtime.h"
 #include "server/driver_backend.h"
+#include "server/instrumented_transport.h"
 #include "server/metrics.h"
 #include "tcc/wal/rocksdb_log.h"
 
@@ -32,6 +34,7 @@ class Server::Impl {
   std::vector<std::unique_ptr<StrandExecutor>> shards_;
   std::unique_ptr<rpc::ParticipantClient> client_;
   std::unique_ptr<rpc::GrpcTransport> transport_;
+  std::unique_ptr<InstrumentedTransport> instrumented_;
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   std::unique_ptr<DriverBackend> backend_;
@@ -73,6 +76,14 @@ runtime::DriverOptions DriverOptionsFrom(const Config& c) {
     o.timeouts.initial_ms = p.try_timeout.initial_ms;
   }
   o.rng_seed = std::random_device{}();
+  // The service refuses unknown names first; the driver checks again.
+  std::set<std::string> names;
+  for (const auto& [name, p] : c.participants) names.insert(name);
+  const bool direct = c.allow_direct_targets;
+  o.participant_known = [names, direct](const std::string& name) {
+    return names.count(name) != 0 ||
+           (direct && name.find(':') != std::string::npos);
+  };
   return o;
 }
 
@@ -125,10 +136,12 @@ absl::Status Server::Impl::Start(const Config& config,
     metrics_endpoint_ = std::move(*endpoint);
   }
 
+  instrumented_ =
+      std::make_unique<InstrumentedTransport>(*transport_, *clock_, *metrics_);
   backend_ = std::make_unique<DriverBackend>(*log_, *clock_, metrics_.get());
-  driver_ = std::make_unique<runtime::Driver>(DriverOptionsFrom(config),
-                                              shard_ptrs, *clock_, *transport_,
-                                              *log_, backend_.get());
+  driver_ = std::make_unique<runtime::Driver>(
+      DriverOptionsFrom(config), shard_ptrs, *clock_, *instrumented_, *log_,
+      backend_.get());
   backend_->Attach(driver_.get());
   if (absl::Status s = driver_->Start(); !s.ok()) return s;
 
