@@ -500,3 +500,33 @@ TEST_CASE("PostgreSQL banks: transfers through kill -9 of tccd, all final",
   gids.push_back(rejected.gid());
   CHECK_OK(c.CheckFinal(gids, 60000));
 }
+
+TEST_CASE("limits.max_in_flight: new transactions beyond it are refused") {
+  ClusterOptions o = Options("inflight");
+  const std::string config = o.root_dir + "/tccd.yaml";
+  {
+    std::ofstream out(config);
+    out << "limits:\n  max_in_flight: 2\n";
+  }
+  o.tccd_args = {"--config", config};
+  BankCluster c(o);
+  REQUIRE(c.Start().ok());
+  c.KillBank("bank-b");  // nothing can finish while bank-b is down
+  auto client = c.NewClient(1, 5000);
+  std::vector<std::string> gids;
+  for (int i = 0; i < 2; ++i) {
+    auto req = c.Transfer("bank-a", i, "bank-b", i, 1);
+    req.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+    req.set_try_timeout_ms(60000);
+    REQUIRE(client->Submit(req).ok());
+    gids.push_back(req.gid());
+  }
+  auto third = c.Transfer("bank-a", 3, "bank-b", 3, 1);
+  third.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+  auto refused = client->Submit(third);
+  CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(client->Get(third.gid()).status().code() ==
+        absl::StatusCode::kNotFound);
+  REQUIRE(c.StartBank("bank-b").ok());
+  CHECK_OK(c.CheckFinal(gids, 45000));
+}

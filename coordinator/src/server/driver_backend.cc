@@ -175,13 +175,27 @@ void DriverBackend::Shutdown() {
     return;                                                          \
   }
 
+#define TCC_REFUSE_OVER_LIMIT(done)                                      \
+  if (in_flight_.load() >= static_cast<int64_t>(max_in_flight_)) {       \
+    done(rpc::TxnAnswer{                                                 \
+        absl::ResourceExhaustedError(absl::StrCat(                       \
+            "too many unfinished transactions (limits.max_in_flight = ", \
+            max_in_flight_, "); retry later")),                          \
+        {},                                                              \
+        false,                                                           \
+        -1});                                                            \
+    return;                                                              \
+  }
+
 void DriverBackend::Submit(core::SubmitSpec spec, rpc::AnswerDone done) {
   TCC_REFUSE_WHILE_STOPPING(done);
+  TCC_REFUSE_OVER_LIMIT(done);
   driver_->Submit(std::move(spec), Track(std::move(done)));
 }
 
 void DriverBackend::Begin(core::BeginSpec spec, rpc::AnswerDone done) {
   TCC_REFUSE_WHILE_STOPPING(done);
+  TCC_REFUSE_OVER_LIMIT(done);
   driver_->Begin(std::move(spec), Track(std::move(done)));
 }
 
@@ -218,6 +232,7 @@ void DriverBackend::RetryNow(std::string gid, std::string branch_id,
 }
 
 #undef TCC_REFUSE_WHILE_STOPPING
+#undef TCC_REFUSE_OVER_LIMIT
 
 absl::StatusOr<wal::ListPage> DriverBackend::List(const wal::ListQuery& query) {
   return log_.List(query);
@@ -361,6 +376,7 @@ void DriverBackend::OnSignal(const std::string& gid,
 void DriverBackend::OnFinished(const std::string& gid, core::TxnState state,
                                int64_t duration_ms) {
   const char* name = core::TxnStateName(state);
+  --in_flight_;
   spdlog::info("gid={} final state {} after {} ms", gid, name, duration_ms);
   if (metrics_) {
     metrics_->TransactionFinished(
@@ -384,6 +400,11 @@ void DriverBackend::OnBreaker(const std::string& participant,
 
 void DriverBackend::OnEffect(const std::string& gid,
                              const core::Effect& effect) {
+  if (const auto* p = std::get_if<core::PersistEffect>(&effect)) {
+    for (const auto& r : p->records) {
+      if (std::holds_alternative<wal::Registered>(r)) ++in_flight_;
+    }
+  }
   if (metrics_) {
     if (const auto* p = std::get_if<core::PersistEffect>(&effect)) {
       for (const auto& r : p->records) {
@@ -406,6 +427,7 @@ void DriverBackend::OnEffect(const std::string& gid,
 
 void DriverBackend::OnRecovered(size_t resumed) {
   recovered_count_ = resumed;
+  in_flight_ += static_cast<int64_t>(resumed);
   recovered_ = true;
   spdlog::info("recovery: {} unfinished transactions resumed", resumed);
   if (metrics_) {

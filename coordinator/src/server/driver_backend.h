@@ -33,6 +33,15 @@ class DriverBackend final : public rpc::CoordinatorBackend,
   DriverBackend(wal::Log& log, runtime::Clock& clock,
                 CoordinatorMetrics* metrics);
   void Attach(runtime::Driver* driver) { driver_ = driver; }
+  // New transactions (Submit, Begin) beyond this many unfinished ones get
+  // RESOURCE_EXHAUSTED (config limits.max_in_flight).
+  void SetMaxInFlight(uint64_t max) { max_in_flight_ = max; }
+  int64_t in_flight() const { return in_flight_.load(); }
+  // Resets the count from the WAL's exact figure (the server does it every
+  // second, so that the running count cannot drift).
+  void ReconcileInFlight(uint64_t unfinished) {
+    in_flight_ = static_cast<int64_t>(unfinished);
+  }
 
   // Answers every request still waiting with UNAVAILABLE and ends every
   // Watch; later requests get UNAVAILABLE at once.
@@ -89,6 +98,10 @@ class DriverBackend final : public rpc::CoordinatorBackend,
       watchers_;
 
   std::atomic<int64_t> stuck_{0};
+  // Registered and not yet finished, as seen by this process (recovered ones
+  // included once the scan reports them).
+  std::atomic<int64_t> in_flight_{0};
+  uint64_t max_in_flight_ = UINT64_MAX;
   std::atomic<bool> recovered_{false};
   std::atomic<uint64_t> recovered_count_{0};
 };

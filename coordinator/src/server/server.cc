@@ -49,6 +49,7 @@ class Server::Impl {
 
  private:
   void ScheduleRetention();
+  void ScheduleReconcile();
 };
 
 namespace {
@@ -143,6 +144,7 @@ absl::Status Server::Impl::Start(const Config& config,
       DriverOptionsFrom(config), shard_ptrs, *clock_, *instrumented_, *log_,
       backend_.get());
   backend_->Attach(driver_.get());
+  backend_->SetMaxInFlight(config.limits.max_in_flight);
   if (absl::Status s = driver_->Start(); !s.ok()) return s;
 
   rpc::CoordinatorServiceOptions svc;
@@ -186,7 +188,16 @@ absl::Status Server::Impl::Start(const Config& config,
     }
   }
   ScheduleRetention();
+  ScheduleReconcile();
   return absl::OkStatus();
+}
+
+void Server::Impl::ScheduleReconcile() {
+  clock_->Schedule(1000, [this] {
+    if (stopped_) return;
+    backend_->ReconcileInFlight(log_->Stats().unfinished);
+    ScheduleReconcile();
+  });
 }
 
 void Server::Impl::ScheduleRetention() {
