@@ -1,10 +1,12 @@
 // tccd end to end: real tccd and tcc-bank processes on 127.0.0.1, the SDK's
 // initiator client, RocksDB on disk under a temp dir (issue 6's list).
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -529,4 +531,55 @@ TEST_CASE("limits.max_in_flight: new transactions beyond it are refused") {
         absl::StatusCode::kNotFound);
   REQUIRE(c.StartBank("bank-b").ok());
   CHECK_OK(c.CheckFinal(gids, 45000));
+}
+
+TEST_CASE("Watch streams a transaction's changes; List finds it") {
+  BankCluster c(Options("watch"));
+  REQUIRE(c.Start().ok());
+  c.KillBank("bank-b");  // so the transaction waits in TRYING for a while
+  auto req = c.Transfer("bank-a", 1, "bank-b", 2, 3);
+  req.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+  req.set_try_timeout_ms(60000);
+  REQUIRE(c.client().Submit(req).ok());
+  std::vector<v1::TxnState> states;
+  std::thread restarter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    REQUIRE(c.StartBank("bank-b").ok());
+  });
+  auto watcher = c.NewClient(1, 60000);
+  absl::Status s = watcher->Watch(req.gid(), [&](const v1::TransactionView& v) {
+    states.push_back(v.state());
+    return true;
+  });
+  restarter.join();
+  CHECK(s.ok());
+  REQUIRE(!states.empty());
+  CHECK(states.front() == v1::TXN_STATE_TRYING);
+  CHECK(states.back() == v1::TXN_STATE_CONFIRMED);
+  CHECK(std::find(states.begin(), states.end(), v1::TXN_STATE_CONFIRMING) !=
+        states.end());
+  CHECK(watcher
+            ->Watch("no-such-gid",
+                    [](const v1::TransactionView&) { return true; })
+            .code() == absl::StatusCode::kNotFound);
+
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(c.tccd_port()),
+                          grpc::InsecureChannelCredentials());
+  auto stub = v1::Coordinator::NewStub(channel);
+  grpc::ClientContext ctx;
+  v1::ListRequest list;
+  list.add_states(v1::TXN_STATE_CONFIRMED);
+  list.set_participant("bank-b");
+  v1::ListResponse page;
+  REQUIRE(stub->List(&ctx, list, &page).ok());
+  bool found = false;
+  for (const auto& t : page.transactions()) found |= t.gid() == req.gid();
+  CHECK(found);
+  grpc::ClientContext ctx2;
+  v1::ListRequest none;
+  none.add_states(v1::TXN_STATE_OPEN);
+  v1::ListResponse empty;
+  REQUIRE(stub->List(&ctx2, none, &empty).ok());
+  CHECK(empty.transactions_size() == 0);
 }
