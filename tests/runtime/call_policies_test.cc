@@ -30,6 +30,20 @@ TEST_CASE("adaptive timeout: about 2x p99, clamped", "[policies]") {
   CHECK(t.TimeoutMs("q", CallKind::kTry) == 5000);  // max bound, window
 }
 
+TEST_CASE("adaptive timeout: per participant and kind bounds override",
+          "[policies]") {
+  TimeoutOverrides overrides;
+  overrides[{"slow", CallKind::kConfirm}] = TimeoutBounds{500, 30000, 8000};
+  AdaptiveTimeouts t(TimeoutBounds{20, 5000, 1000}, 256, 20, overrides);
+  CHECK(t.TimeoutMs("slow", CallKind::kConfirm) == 8000);
+  CHECK(t.TimeoutMs("slow", CallKind::kTry) == 1000);  // default bounds
+  CHECK(t.TimeoutMs("fast", CallKind::kConfirm) == 1000);
+  for (int i = 0; i < 100; ++i) t.Observe("slow", CallKind::kConfirm, 9000);
+  CHECK(t.TimeoutMs("slow", CallKind::kConfirm) == 18000);  // over 5000
+  for (int i = 0; i < 300; ++i) t.Observe("slow", CallKind::kConfirm, 1);
+  CHECK(t.TimeoutMs("slow", CallKind::kConfirm) == 500);  // its own min
+}
+
 TEST_CASE("circuit breaker: closed, open, half-open probe, closed",
           "[policies]") {
   CircuitBreakers b(BreakerOptions{2, 100});

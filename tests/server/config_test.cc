@@ -105,6 +105,13 @@ TEST_CASE("bad values are refused, naming the key") {
   CHECK(ErrorOf("a: [").find("not valid YAML") != std::string::npos);
 }
 
+TEST_CASE("TLS to participants is refused until it is implemented") {
+  CHECK(ErrorOf("participants:\n  a:\n    address: h:1\n    tls:\n"
+                "      enabled: true\n")
+            .find("participants.a.tls.enabled: TLS to participants is not "
+                  "implemented") != std::string::npos);
+}
+
 TEST_CASE("--participant flag") {
   Config c;
   CHECK(tcc::server::AddParticipantFlag(c, "bank-c=127.0.0.1:7103").ok());

@@ -26,18 +26,25 @@ CallKind KindOf(wal::Phase phase) {
   return CallKind::kTry;
 }
 
+const TimeoutBounds& AdaptiveTimeouts::BoundsFor(const std::string& participant,
+                                                 CallKind kind) const {
+  auto it = overrides_.find({participant, kind});
+  return it == overrides_.end() ? bounds_ : it->second;
+}
+
 int64_t AdaptiveTimeouts::TimeoutMs(const std::string& participant,
                                     CallKind kind) const {
+  const TimeoutBounds& bounds = BoundsFor(participant, kind);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = samples_.find({participant, kind});
   if (it == samples_.end() || it->second.size() < min_samples_) {
-    return std::clamp(bounds_.initial_ms, bounds_.min_ms, bounds_.max_ms);
+    return std::clamp(bounds.initial_ms, bounds.min_ms, bounds.max_ms);
   }
   std::vector<int64_t> v(it->second.begin(), it->second.end());
   const size_t idx =
       static_cast<size_t>(std::ceil(0.99 * static_cast<double>(v.size()))) - 1;
   std::nth_element(v.begin(), v.begin() + static_cast<long>(idx), v.end());
-  return std::clamp(2 * v[idx], bounds_.min_ms, bounds_.max_ms);
+  return std::clamp(2 * v[idx], bounds.min_ms, bounds.max_ms);
 }
 
 void AdaptiveTimeouts::Observe(const std::string& participant, CallKind kind,

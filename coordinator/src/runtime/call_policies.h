@@ -41,13 +41,22 @@ enum class CallKind : uint8_t {
 };
 CallKind KindOf(wal::Phase phase);
 
+// Bounds for particular (participant, call kind) pairs; the rest use the
+// default bounds.
+using TimeoutOverrides =
+    std::map<std::pair<std::string, CallKind>, TimeoutBounds>;
+
 // About 2x the observed p99 latency per participant and call kind, clamped to
-// the bounds. Thread-safe.
+// the bounds (the pair's own, else the default). Thread-safe.
 class AdaptiveTimeouts {
  public:
   explicit AdaptiveTimeouts(TimeoutBounds bounds, size_t window = 256,
-                            size_t min_samples = 20)
-      : bounds_(bounds), window_(window), min_samples_(min_samples) {}
+                            size_t min_samples = 20,
+                            TimeoutOverrides overrides = {})
+      : bounds_(bounds),
+        overrides_(std::move(overrides)),
+        window_(window),
+        min_samples_(min_samples) {}
 
   int64_t TimeoutMs(const std::string& participant, CallKind kind) const;
   // A call that answered (any outcome) after `latency_ms`.
@@ -55,7 +64,11 @@ class AdaptiveTimeouts {
                int64_t latency_ms);
 
  private:
+  const TimeoutBounds& BoundsFor(const std::string& participant,
+                                 CallKind kind) const;
+
   TimeoutBounds bounds_;
+  TimeoutOverrides overrides_;
   size_t window_;
   size_t min_samples_;
   mutable std::mutex mu_;

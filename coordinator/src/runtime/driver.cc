@@ -49,7 +49,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         transport_(transport),
         log_(log),
         observer_(observer != nullptr ? observer : &no_observer_),
-        timeouts_(options_.timeouts),
+        timeouts_(options_.timeouts, 256, 20, options_.timeout_overrides),
         breakers_(options_.breaker),
         rng_(options_.rng_seed) {
     for (Executor* e : shards) shards_.push_back(Shard{e, {}, {}});

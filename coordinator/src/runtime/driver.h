@@ -88,6 +88,8 @@ struct DriverOptions {
   core::Options core;
   BackoffOptions backoff;
   TimeoutBounds timeouts;
+  // Per (participant, call kind) bounds that replace `timeouts` for them.
+  TimeoutOverrides timeout_overrides;
   BreakerOptions breaker;
   uint64_t rng_seed = 1;
   // Draws in [0, 1) for backoff jitter; default: a PRNG seeded by rng_seed.

@@ -345,6 +345,12 @@ absl::Status ValidateConfig(const Config& c) {
         !s.ok()) {
       return s;
     }
+    if (p.tls) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          key,
+          ".tls.enabled: TLS to participants is not implemented yet; "
+          "plaintext only"));
+    }
     const std::pair<const char*, const TimeoutBounds*> bounds[] = {
         {"try", &p.try_timeout},
         {"confirm", &p.confirm_timeout},

@@ -68,13 +68,20 @@ runtime::DriverOptions DriverOptionsFrom(const Config& c) {
       1, c.retry.stuck_after_ms / std::max<int64_t>(1, c.retry.cap_ms)));
   o.breaker.failure_threshold = c.circuit_breaker.failure_threshold;
   o.breaker.open_ms = c.circuit_breaker.open_ms;
-  // One set of bounds for now: the defaults (per-participant bounds are
-  // parsed and validated, and applied once the driver takes them).
-  if (!c.participants.empty()) {
-    const auto& p = c.participants.begin()->second;
-    o.timeouts.min_ms = p.try_timeout.min_ms;
-    o.timeouts.max_ms = p.try_timeout.max_ms;
-    o.timeouts.initial_ms = p.try_timeout.initial_ms;
+  // Per participant and phase: the config's bounds (each participant's
+  // default bounds come from participant_defaults).
+  for (const auto& [name, p] : c.participants) {
+    auto bounds = [](const TimeoutBounds& b) {
+      return runtime::TimeoutBounds{b.min_ms, b.max_ms, b.initial_ms};
+    };
+    o.timeout_overrides[{name, runtime::CallKind::kTry}] =
+        bounds(p.try_timeout);
+    o.timeout_overrides[{name, runtime::CallKind::kConfirm}] =
+        bounds(p.confirm_timeout);
+    o.timeout_overrides[{name, runtime::CallKind::kCancel}] =
+        bounds(p.cancel_timeout);
+    o.timeout_overrides[{name, runtime::CallKind::kQuery}] =
+        bounds(p.query_timeout);
   }
   o.rng_seed = std::random_device{}();
   // The service refuses unknown names first; the driver checks again.
