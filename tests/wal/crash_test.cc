@@ -261,6 +261,15 @@ TEST_CASE("an injected sync error fails every waiting append, then all") {
       Req("later", {MakeRegistered("later", 1)}, Durability::kBuffered))));
   CHECK(absl::IsUnavailable(PutApprovalAndWait(*log, Approval{})));
   CHECK(absl::IsUnavailable(log->TakeOwnerEpoch().status()));
+  // Reads are refused too: the failed appends were written to RocksDB before
+  // their sync failed, so a read could show a record that was never durable
+  // (a decision reloaded from it would be acted on: found by the crash
+  // drill).
+  CHECK(absl::IsUnavailable(log->Read("g0").status()));
+  CHECK(absl::IsUnavailable(log->Read("ok").status()));
+  CHECK(absl::IsUnavailable(log->List(ListQuery{}).status()));
+  CHECK(absl::IsUnavailable(
+      log->ScanUnfinished([](TxnLog) { return absl::OkStatus(); })));
   // Reopening recovers what was synced.
   log.reset();
   options.file_system = nullptr;

@@ -1078,20 +1078,27 @@ void RocksDbLog::PutApproval(Approval approval, AppendDone done) {
   impl_->Enqueue(std::move(item));
 }
 
+// Once the log has failed, reads are refused as well: appends whose sync
+// failed were already written to RocksDB, so a read could return a record
+// that was never durable, and a caller could act on it (say, a decision).
 absl::StatusOr<TxnLog> RocksDbLog::Read(std::string_view gid) {
+  if (absl::Status f = impl_->failure(); !f.ok()) return f;
   return impl_->Read(gid);
 }
 
 absl::StatusOr<Approval> RocksDbLog::ReadApproval(std::string_view id) {
+  if (absl::Status f = impl_->failure(); !f.ok()) return f;
   return impl_->ReadApproval(id);
 }
 
 absl::StatusOr<ListPage> RocksDbLog::List(const ListQuery& query) {
+  if (absl::Status f = impl_->failure(); !f.ok()) return f;
   return impl_->List(query);
 }
 
 absl::Status RocksDbLog::ScanUnfinished(
     const std::function<absl::Status(TxnLog)>& visit) {
+  if (absl::Status f = impl_->failure(); !f.ok()) return f;
   return impl_->ScanUnfinished(visit);
 }
 

@@ -23,7 +23,8 @@
 //   write. Otherwise the whole append fails FAILED_PRECONDITION.
 // - Fail-stop: once a write or sync fails, every waiting append gets the error
 //   and every later one is refused (UNAVAILABLE or DATA_LOSS); durability is
-//   never left unknown.
+//   never left unknown. Reads are refused too (RocksDB log): what a failed
+//   group wrote may be readable though it was never made durable.
 // - Opening a log whose synced records are corrupt or of an unknown format
 //   version fails DATA_LOSS; a torn unsynced tail is dropped silently.
 //
