@@ -1,0 +1,145 @@
+#include "runtime/call_policies.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tcc::runtime {
+
+int64_t BackoffDelayMs(const BackoffOptions& o, uint32_t failures, bool stuck,
+                       double uniform01) {
+  if (stuck) return o.stuck_retry_ms;
+  const uint32_t shift =
+      std::min<uint32_t>(failures > 0 ? failures - 1 : 0, 30);
+  const int64_t ceiling = std::min<int64_t>(o.cap_ms, o.base_ms << shift);
+  return static_cast<int64_t>(uniform01 * static_cast<double>(ceiling + 1));
+}
+
+CallKind KindOf(wal::Phase phase) {
+  switch (phase) {
+    case wal::Phase::kTry:
+      return CallKind::kTry;
+    case wal::Phase::kConfirm:
+      return CallKind::kConfirm;
+    case wal::Phase::kCancel:
+      return CallKind::kCancel;
+  }
+  return CallKind::kTry;
+}
+
+int64_t AdaptiveTimeouts::TimeoutMs(const std::string& participant,
+                                    CallKind kind) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = samples_.find({participant, kind});
+  if (it == samples_.end() || it->second.size() < min_samples_) {
+    return std::clamp(bounds_.initial_ms, bounds_.min_ms, bounds_.max_ms);
+  }
+  std::vector<int64_t> v(it->second.begin(), it->second.end());
+  const size_t idx =
+      static_cast<size_t>(std::ceil(0.99 * static_cast<double>(v.size()))) - 1;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(idx), v.end());
+  return std::clamp(2 * v[idx], bounds_.min_ms, bounds_.max_ms);
+}
+
+void AdaptiveTimeouts::Observe(const std::string& participant, CallKind kind,
+                               int64_t latency_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& d = samples_[{participant, kind}];
+  d.push_back(latency_ms);
+  if (d.size() > window_) d.pop_front();
+}
+
+const char* BreakerStateName(BreakerState s) {
+  switch (s) {
+    case BreakerState::kClosed:
+      return "closed";
+    case BreakerState::kOpen:
+      return "open";
+    case BreakerState::kHalfOpen:
+      return "half-open";
+  }
+  return "?";
+}
+
+CircuitBreakers::Admit CircuitBreakers::Admission(
+    const std::string& participant, CallKind kind, int64_t now_mono,
+    std::function<void()> held) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Breaker& b = breakers_[participant];
+  if (b.state == BreakerState::kClosed) return Admit::kSend;
+  if (b.state == BreakerState::kOpen &&
+      now_mono - b.opened_at >= options_.open_ms) {
+    b.state = BreakerState::kHalfOpen;
+    b.probe_in_flight = false;
+  }
+  if (b.state == BreakerState::kHalfOpen && !b.probe_in_flight) {
+    b.probe_in_flight = true;  // this call is the probe
+    return Admit::kSend;
+  }
+  if (kind == CallKind::kConfirm || kind == CallKind::kCancel) {
+    b.held.push_back(std::move(held));
+    return Admit::kHold;
+  }
+  return Admit::kFailFast;
+}
+
+std::vector<std::function<void()>> CircuitBreakers::OnResult(
+    const std::string& participant, bool reached, int64_t now_mono,
+    bool* changed) {
+  std::vector<std::function<void()>> release;
+  std::lock_guard<std::mutex> lock(mu_);
+  Breaker& b = breakers_[participant];
+  const BreakerState before = b.state;
+  if (reached) {
+    b.failures = 0;
+    if (b.state != BreakerState::kClosed) {
+      b.state = BreakerState::kClosed;
+      b.probe_in_flight = false;
+      release.assign(std::make_move_iterator(b.held.begin()),
+                     std::make_move_iterator(b.held.end()));
+      b.held.clear();
+    }
+  } else {
+    ++b.failures;
+    if (b.state == BreakerState::kHalfOpen ||
+        (b.state == BreakerState::kClosed &&
+         b.failures >= options_.failure_threshold)) {
+      b.state = BreakerState::kOpen;
+      b.opened_at = now_mono;
+      b.probe_in_flight = false;
+    }
+  }
+  if (changed != nullptr) *changed = before != b.state;
+  return release;
+}
+
+std::vector<std::function<void()>> CircuitBreakers::ProbeDue(
+    const std::string& participant, int64_t now_mono) {
+  std::vector<std::function<void()>> release;
+  std::lock_guard<std::mutex> lock(mu_);
+  Breaker& b = breakers_[participant];
+  if (b.state != BreakerState::kOpen ||
+      now_mono - b.opened_at < options_.open_ms) {
+    return release;
+  }
+  b.state = BreakerState::kHalfOpen;
+  b.probe_in_flight = false;
+  if (!b.held.empty()) {
+    b.probe_in_flight = true;
+    release.push_back(std::move(b.held.front()));
+    b.held.pop_front();
+  }
+  return release;
+}
+
+void CircuitBreakers::ProbeAbandoned(const std::string& participant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  breakers_[participant].probe_in_flight = false;
+}
+
+BreakerState CircuitBreakers::State(const std::string& participant) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = breakers_.find(participant);
+  return it == breakers_.end() ? BreakerState::kClosed : it->second.state;
+}
+
+}  // namespace tcc::runtime

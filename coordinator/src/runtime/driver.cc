@@ -1,0 +1,695 @@
+#include "runtime/driver.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <random>
+#include <unordered_map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tcc::runtime {
+
+using core::Effect;
+using core::Event;
+using core::RequestId;
+
+namespace {
+
+bool IsTransient(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable ||
+         code == absl::StatusCode::kDeadlineExceeded ||
+         code == absl::StatusCode::kResourceExhausted ||
+         code == absl::StatusCode::kAborted;
+}
+
+core::TransactionView SummaryView(const wal::TxnSummary& s) {
+  core::TransactionView v;
+  v.gid = s.gid;
+  v.state = s.state;
+  v.decision = s.decision;
+  v.content_hash = s.content_hash;
+  v.revision = s.revision;
+  v.created_at_ms = s.created_at_ms;
+  v.registered_at_ms = s.registered_at_ms;
+  v.finished_at_ms = s.finished_at_ms;
+  return v;
+}
+
+}  // namespace
+
+class Driver::Impl : public std::enable_shared_from_this<Impl> {
+ public:
+  Impl(DriverOptions options, std::vector<Executor*> shards, Clock& clock,
+       ParticipantTransport& transport, wal::Log& log, DriverObserver* observer)
+      : options_(std::move(options)),
+        clock_(clock),
+        transport_(transport),
+        log_(log),
+        observer_(observer != nullptr ? observer : &no_observer_),
+        timeouts_(options_.timeouts),
+        breakers_(options_.breaker),
+        rng_(options_.rng_seed) {
+    for (Executor* e : shards) shards_.push_back(Shard{e, {}});
+    if (!options_.uniform01) {
+      options_.uniform01 = [this] {
+        std::lock_guard<std::mutex> lock(rng_mu_);
+        return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+      };
+    }
+  }
+
+  struct Owner {
+    core::Txn txn;
+    std::unordered_map<RequestId, ReplyDone> callers;
+    std::unordered_map<uint32_t, TimerId> retry_timers;
+    std::vector<TimerId> deadline_timers;
+  };
+  struct Shard {
+    Executor* exec;
+    std::unordered_map<std::string, std::unique_ptr<Owner>> owners;
+  };
+
+  absl::Status Start() {
+    auto epoch = log_.TakeOwnerEpoch();
+    if (!epoch.ok()) return epoch.status();
+    epoch_ = *epoch;
+    std::weak_ptr<Impl> weak = weak_from_this();
+    shards_[0].exec->Post([weak] {
+      if (auto self = weak.lock()) self->Scan();
+    });
+    return absl::OkStatus();
+  }
+
+  // Runs `fn` on gid's shard if the driver is still alive.
+  void OnShard(const std::string& gid, std::function<void(Impl&, size_t)> fn) {
+    const size_t s = ShardOf(gid);
+    std::weak_ptr<Impl> weak = weak_from_this();
+    shards_[s].exec->Post([weak, s, fn = std::move(fn)] {
+      if (auto self = weak.lock()) fn(*self, s);
+    });
+  }
+
+  // A request: loads the gid's owner (creating an empty one when `creates`),
+  // then steps the event made for its request id.
+  void Request(std::string gid, bool creates,
+               std::function<Event(RequestId)> make, ReplyDone done) {
+    OnShard(gid, [gid, creates, make = std::move(make), done = std::move(done)](
+                     Impl& self, size_t s) mutable {
+      self.OnRequest(s, gid, creates, make, std::move(done));
+    });
+  }
+
+  void Get(std::string gid, ReplyDone done) {
+    OnShard(gid, [gid, done = std::move(done)](Impl& self, size_t s) {
+      const wal::TxnSummary* summary = nullptr;
+      wal::TxnSummary compact;
+      absl::StatusOr<Owner*> o = self.Load(s, gid, &compact, &summary);
+      if (!o.ok()) return done(o.status());
+      if (summary != nullptr)
+        return done(DriverReply{SummaryView(compact), false, std::nullopt});
+      if (*o == nullptr) {
+        return done(absl::NotFoundError(absl::StrCat("no transaction ", gid)));
+      }
+      done(DriverReply{core::MakeView((*o)->txn), false, std::nullopt});
+      self.MaybeEvict(s, gid);
+    });
+  }
+
+  uint64_t epoch() const { return epoch_; }
+  BreakerState breaker(const std::string& p) const {
+    return breakers_.State(p);
+  }
+
+ private:
+  size_t ShardOf(const std::string& gid) const {
+    return std::hash<std::string>{}(gid) % shards_.size();
+  }
+
+  Owner* Find(size_t s, const std::string& gid) {
+    auto it = shards_[s].owners.find(gid);
+    return it == shards_[s].owners.end() ? nullptr : it->second.get();
+  }
+
+  // The owner of `gid`, loading it from the WAL if needed (and resuming it if
+  // unfinished). nullptr: the WAL never held it. `summary` is set instead
+  // when only a compact entry is left.
+  absl::StatusOr<Owner*> Load(size_t s, const std::string& gid,
+                              wal::TxnSummary* compact,
+                              const wal::TxnSummary** summary) {
+    if (Owner* o = Find(s, gid)) return o;
+    absl::StatusOr<wal::TxnLog> read = log_.Read(gid);
+    if (read.status().code() == absl::StatusCode::kNotFound) {
+      return static_cast<Owner*>(nullptr);
+    }
+    if (!read.ok()) return read.status();
+    if (read->summary.compacted) {
+      *compact = read->summary;
+      *summary = compact;
+      return static_cast<Owner*>(nullptr);
+    }
+    return Adopt(s, std::move(*read));
+  }
+
+  // Rebuilds a transaction from its records; resumes it if unfinished.
+  absl::StatusOr<Owner*> Adopt(size_t s, wal::TxnLog txn_log) {
+    const std::string gid = txn_log.summary.gid;
+    auto owner = std::make_unique<Owner>();
+    for (const auto& rec : txn_log.records) {
+      core::StepResult r = core::Step(owner->txn, core::ReplayEvent{&rec},
+                                      clock_.WallMs(), options_.core);
+      if (!r.status.ok()) {
+        return absl::DataLossError(absl::StrCat(
+            "gid ", gid,
+            ": its records do not replay: ", std::string(r.status.message())));
+      }
+    }
+    Owner* o = owner.get();
+    shards_[s].owners[gid] = std::move(owner);
+    if (!wal::IsFinal(o->txn.state)) {
+      absl::Status st = Apply(s, gid, core::ResumeEvent{epoch_});
+      if (!st.ok()) return st;
+      o = Find(s, gid);
+    }
+    return o;
+  }
+
+  void Scan() {
+    std::vector<wal::TxnLog> found;
+    absl::Status st = log_.ScanUnfinished([&](wal::TxnLog t) {
+      found.push_back(std::move(t));
+      return absl::OkStatus();
+    });
+    if (!st.ok()) {
+      core::SignalEffect sig{
+          core::SignalKind::kAlert, -1,
+          absl::StrCat("recovery scan failed: ", st.ToString())};
+      observer_->OnSignal("", "", sig);
+      return;
+    }
+    const size_t n = found.size();
+    for (auto& t : found) {
+      std::string gid = t.summary.gid;
+      auto shared = std::make_shared<wal::TxnLog>(std::move(t));
+      OnShard(gid, [gid, shared](Impl& self, size_t s) {
+        if (self.Find(s, gid) != nullptr) return;  // a request loaded it
+        absl::StatusOr<Owner*> o = self.Adopt(s, std::move(*shared));
+        if (!o.ok()) {
+          self.observer_->OnSignal(
+              gid, "",
+              core::SignalEffect{core::SignalKind::kAlert, -1,
+                                 o.status().ToString()});
+        }
+      });
+    }
+    observer_->OnRecovered(n);
+  }
+
+  void OnRequest(size_t s, const std::string& gid, bool creates,
+                 const std::function<Event(RequestId)>& make, ReplyDone done) {
+    const RequestId rid = next_request_++;
+    Event event = make(rid);
+    if (absl::Status st = Admissible(event); !st.ok()) return done(st);
+    wal::TxnSummary compact;
+    const wal::TxnSummary* summary = nullptr;
+    absl::StatusOr<Owner*> o = Load(s, gid, &compact, &summary);
+    if (!o.ok()) return done(o.status());
+    if (summary != nullptr) {
+      // Only the compact entry is left (DESIGN.md section 9).
+      if (auto* sub = std::get_if<core::SubmitEvent>(&event)) {
+        const auto& sp = sub->spec;
+        std::vector<identity::BranchContent> content;
+        for (const auto& b : sp.branches) {
+          content.push_back({b.branch_id, b.participant, b.action, b.payload});
+        }
+        if (identity::SubmissionHash(sp.revision, sp.approval_gate,
+                                     std::move(content)) ==
+            summary->content_hash) {
+          return done(DriverReply{SummaryView(*summary), true, std::nullopt});
+        }
+        return done(absl::AlreadyExistsError(absl::StrCat(
+            "gid ", gid, " was submitted with other content; use a new gid")));
+      }
+      if (std::holds_alternative<core::BeginEvent>(event)) {
+        return done(absl::AlreadyExistsError(
+            absl::StrCat("gid ", gid, " is taken; use a new gid")));
+      }
+      return done(absl::FailedPreconditionError(absl::StrCat(
+          "gid ", gid, " finished long ago; only its summary is kept")));
+    }
+    Owner* owner = *o;
+    if (owner == nullptr) {
+      if (!creates) {
+        return done(absl::NotFoundError(absl::StrCat("no transaction ", gid)));
+      }
+      auto fresh = std::make_unique<Owner>();
+      owner = fresh.get();
+      shards_[s].owners[gid] = std::move(fresh);
+    }
+    owner->callers[rid] = std::move(done);
+    absl::Status st = Apply(s, gid, event);
+    if (!st.ok()) {
+      if (Owner* still = Find(s, gid)) {
+        auto it = still->callers.find(rid);
+        if (it != still->callers.end()) {
+          ReplyDone d = std::move(it->second);
+          still->callers.erase(it);
+          MaybeEvict(s, gid);
+          d(st);
+        }
+      }
+    }
+  }
+
+  // Checks that need more than the core knows: the deduplication horizon and
+  // the configured participants.
+  absl::Status Admissible(const Event& event) const {
+    int64_t created_at = -1;
+    std::vector<const wal::BranchSpec*> branches;
+    if (const auto* e = std::get_if<core::SubmitEvent>(&event)) {
+      created_at = e->spec.created_at_ms;
+      for (const auto& b : e->spec.branches) branches.push_back(&b);
+    } else if (const auto* e = std::get_if<core::BeginEvent>(&event)) {
+      created_at = e->spec.created_at_ms;
+    } else if (const auto* e = std::get_if<core::TryEvent>(&event)) {
+      branches.push_back(&e->branch);
+    }
+    if (created_at >= 0 && created_at < log_.DedupHorizonMs()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "created_at ", created_at,
+          " is older than the deduplication horizon ", log_.DedupHorizonMs(),
+          ": a retry could not be told from a new request; use a new gid"));
+    }
+    if (options_.participant_known) {
+      for (const auto* b : branches) {
+        if (!options_.participant_known(b->participant)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("branch ", b->branch_id, " names participant ",
+                           b->participant, ", which is not configured"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Steps one event for `gid` and runs its effects.
+  absl::Status Apply(size_t s, const std::string& gid, const Event& event) {
+    Owner* o = Find(s, gid);
+    if (o == nullptr) return absl::NotFoundError("owner gone");
+    core::StepResult r =
+        core::Step(o->txn, event, clock_.WallMs(), options_.core);
+    if (!r.status.ok()) return r.status;
+    for (auto& eff : r.effects) Run(s, gid, *o, eff);
+    MaybeEvict(s, gid);
+    return absl::OkStatus();
+  }
+
+  // Steps a non-request event; its refusal is a bug in the driver or a
+  // stale notice, reported as an alert.
+  void Feed(size_t s, const std::string& gid, const Event& event) {
+    if (Find(s, gid) == nullptr) return;  // gone (finished or dropped)
+    absl::Status st = Apply(s, gid, event);
+    if (!st.ok()) {
+      observer_->OnSignal(
+          gid, "",
+          core::SignalEffect{core::SignalKind::kAlert, -1,
+                             absl::StrCat("event refused: ", st.ToString())});
+    }
+  }
+
+  void MaybeEvict(size_t s, const std::string& gid) {
+    Owner* o = Find(s, gid);
+    if (o == nullptr) return;
+    const core::Txn& t = o->txn;
+    const bool done = t.poisoned || !t.exists ||
+                      (wal::IsFinal(t.state) && t.waiters.empty() &&
+                       t.pending.empty() && o->callers.empty());
+    if (!done) return;
+    for (auto& [b, id] : o->retry_timers) clock_.Cancel(id);
+    for (TimerId id : o->deadline_timers) clock_.Cancel(id);
+    // Callers still waiting on a dropped owner learn it.
+    auto callers = std::move(o->callers);
+    shards_[s].owners.erase(gid);
+    for (auto& [rid, d] : callers) {
+      d(absl::UnavailableError("the transaction's owner stopped"));
+    }
+  }
+
+  std::string BranchId(const Owner& o, int b) const {
+    if (b < 0 || static_cast<size_t>(b) >= o.txn.branches.size()) return "";
+    return o.txn.branches[b].spec.branch_id;
+  }
+
+  void Run(size_t s, const std::string& gid, Owner& o, Effect& eff) {
+    observer_->OnEffect(gid, eff);
+    std::weak_ptr<Impl> weak = weak_from_this();
+    if (auto* p = std::get_if<core::PersistEffect>(&eff)) {
+      const uint64_t seq = p->seq;
+      const bool durable = p->durability == wal::Durability::kDurable;
+      wal::AppendRequest req{gid, std::move(p->records), p->durability};
+      log_.Append(std::move(req), [weak, gid, seq, durable](absl::Status st) {
+        auto self = weak.lock();
+        if (!self) return;
+        self->OnShard(gid, [gid, seq, durable, st](Impl& me, size_t sh) {
+          if (st.ok()) {
+            if (durable) me.Feed(sh, gid, core::DurableEvent{seq});
+          } else {
+            me.Feed(sh, gid, core::PersistFailedEvent{seq, st});
+          }
+        });
+      });
+      return;
+    }
+    if (auto* c = std::get_if<core::CallEffect>(&eff)) {
+      SendCall(s, gid, o, *c);
+      return;
+    }
+    if (auto* q = std::get_if<core::QueryEffect>(&eff)) {
+      SendQuery(s, gid, o, *q);
+      return;
+    }
+    if (auto* r = std::get_if<core::ScheduleRetryEffect>(&eff)) {
+      const int64_t delay = BackoffDelayMs(options_.backoff, r->failures,
+                                           r->slowest, options_.uniform01());
+      auto it = o.retry_timers.find(r->branch);
+      if (it != o.retry_timers.end()) clock_.Cancel(it->second);
+      const uint32_t b = r->branch;
+      o.retry_timers[b] = clock_.Schedule(delay, [weak, gid, b] {
+        if (auto self = weak.lock()) {
+          self->OnShard(gid, [gid, b](Impl& me, size_t sh) {
+            if (Owner* ow = me.Find(sh, gid)) ow->retry_timers.erase(b);
+            me.Feed(sh, gid, core::RetryDueEvent{b});
+          });
+        }
+      });
+      return;
+    }
+    if (auto* d = std::get_if<core::ArmDeadlineEffect>(&eff)) {
+      const int64_t delay = std::max<int64_t>(0, d->at_ms - clock_.WallMs());
+      const core::DeadlineKind kind = d->kind;
+      o.deadline_timers.push_back(clock_.Schedule(delay, [weak, gid, kind] {
+        if (auto self = weak.lock()) {
+          self->OnShard(gid, [gid, kind](Impl& me, size_t sh) {
+            me.Feed(sh, gid, core::DeadlineEvent{kind});
+          });
+        }
+      }));
+      return;
+    }
+    if (auto* a = std::get_if<core::AnswerEffect>(&eff)) {
+      auto it = o.callers.find(a->request);
+      if (it == o.callers.end()) return;
+      ReplyDone done = std::move(it->second);
+      o.callers.erase(it);
+      if (!a->status.ok()) return done(a->status);
+      DriverReply reply{core::MakeView(o.txn), a->duplicate, std::nullopt};
+      if (a->branch >= 0) {
+        reply.branch = core::MakeBranchView(o.txn.branches[a->branch]);
+      }
+      done(std::move(reply));
+      return;
+    }
+    if (auto* sig = std::get_if<core::SignalEffect>(&eff)) {
+      observer_->OnSignal(gid, BranchId(o, sig->branch), *sig);
+      if (sig->kind == core::SignalKind::kFinished) {
+        observer_->OnFinished(gid, o.txn.state,
+                              clock_.WallMs() - o.txn.registered_at_ms);
+      }
+      return;
+    }
+  }
+
+  void BreakerResult(const std::string& participant, bool reached) {
+    bool changed = false;
+    auto release = breakers_.OnResult(participant, reached,
+                                      clock_.MonotonicMs(), &changed);
+    if (changed) {
+      const BreakerState st = breakers_.State(participant);
+      observer_->OnBreaker(participant, st);
+      if (st == BreakerState::kOpen) {
+        std::weak_ptr<Impl> weak = weak_from_this();
+        clock_.Schedule(breakers_.OpenMs(), [weak, participant] {
+          if (auto self = weak.lock()) {
+            auto probes = self->breakers_.ProbeDue(participant,
+                                                   self->clock_.MonotonicMs());
+            for (auto& f : probes) f();
+          }
+        });
+      }
+    }
+    for (auto& f : release) f();
+  }
+
+  void SendCall(size_t s, const std::string& gid, Owner& o,
+                const core::CallEffect& c) {
+    const std::string participant = o.txn.branches[c.branch].spec.participant;
+    const CallKind kind = KindOf(c.phase);
+    std::weak_ptr<Impl> weak = weak_from_this();
+    auto held = [weak, gid, c, participant] {
+      auto self = weak.lock();
+      if (!self) return;
+      self->OnShard(gid, [gid, c, participant](Impl& me, size_t sh) {
+        Owner* ow = me.Find(sh, gid);
+        if (ow == nullptr) {
+          me.breakers_.ProbeAbandoned(participant);
+          return;
+        }
+        me.SendCallNow(sh, gid, *ow, c);
+      });
+    };
+    switch (
+        breakers_.Admission(participant, kind, clock_.MonotonicMs(), held)) {
+      case CircuitBreakers::Admit::kSend:
+        SendCallNow(s, gid, o, c);
+        return;
+      case CircuitBreakers::Admit::kHold:
+        return;
+      case CircuitBreakers::Admit::kFailFast: {
+        core::CallReplyEvent e;
+        e.branch = c.branch;
+        e.phase = c.phase;
+        e.attempt = c.attempt;
+        e.status = absl::UnavailableError(
+            absl::StrCat("circuit open for participant ", participant));
+        e.not_sent = true;
+        OnShard(gid, [gid, e](Impl& me, size_t sh) { me.Feed(sh, gid, e); });
+        return;
+      }
+    }
+  }
+
+  void SendCallNow(size_t /*s*/, const std::string& gid, Owner& o,
+                   const core::CallEffect& c) {
+    const wal::BranchSpec& spec = o.txn.branches[c.branch].spec;
+    const std::string participant = spec.participant;
+    const CallKind kind = KindOf(c.phase);
+    int64_t timeout = timeouts_.TimeoutMs(participant, kind);
+    if (c.max_timeout_ms > 0) timeout = std::min(timeout, c.max_timeout_ms);
+    timeout = std::max<int64_t>(timeout, 1);
+    BranchCall call;
+    call.gid = gid;
+    call.created_at_ms = o.txn.created_at_ms;
+    call.spec = &spec;
+    call.phase = c.phase;
+    call.revision = o.txn.revision;
+    call.attempt = c.attempt;
+    call.owner_epoch = c.owner_epoch;
+    call.try_deadline_ms = c.try_deadline_ms;
+    const int64_t start = clock_.MonotonicMs();
+    std::weak_ptr<Impl> weak = weak_from_this();
+    transport_.Call(
+        call, timeout,
+        [weak, gid, c, participant, kind,
+         start](absl::StatusOr<BranchAnswer> a) {
+          auto self = weak.lock();
+          if (!self) return;
+          self->OnShard(gid, [gid, c, participant, kind, start,
+                              a = std::move(a)](Impl& me, size_t sh) {
+            const bool reached = a.ok() || !IsTransient(a.status().code());
+            if (a.ok()) {
+              me.timeouts_.Observe(participant, kind,
+                                   me.clock_.MonotonicMs() - start);
+            }
+            me.BreakerResult(participant, reached);
+            core::CallReplyEvent e;
+            e.branch = c.branch;
+            e.phase = c.phase;
+            e.attempt = c.attempt;
+            if (a.ok()) {
+              e.status = absl::OkStatus();
+              e.outcome = a->outcome;
+              e.replayed = a->replayed;
+              e.message = a->message;
+            } else {
+              e.status = a.status();
+            }
+            me.Feed(sh, gid, e);
+          });
+        });
+  }
+
+  void SendQuery(size_t /*s*/, const std::string& gid, Owner& o,
+                 const core::QueryEffect& q) {
+    const wal::BranchSpec& spec = o.txn.branches[q.branch].spec;
+    const std::string participant = spec.participant;
+    core::QueryReplyEvent fail;
+    fail.branch = q.branch;
+    fail.query_id = q.query_id;
+    if (breakers_.Admission(participant, CallKind::kQuery, clock_.MonotonicMs(),
+                            nullptr) != CircuitBreakers::Admit::kSend) {
+      fail.status = absl::UnavailableError(
+          absl::StrCat("circuit open for participant ", participant));
+      OnShard(gid,
+              [gid, fail](Impl& me, size_t sh) { me.Feed(sh, gid, fail); });
+      return;
+    }
+    QueryCall call{gid, o.txn.created_at_ms, spec.branch_id, participant};
+    const int64_t timeout = std::max<int64_t>(
+        1, timeouts_.TimeoutMs(participant, CallKind::kQuery));
+    const int64_t start = clock_.MonotonicMs();
+    std::weak_ptr<Impl> weak = weak_from_this();
+    transport_.Query(
+        call, timeout,
+        [weak, gid, fail, participant, start](absl::StatusOr<QueryAnswer> a) {
+          auto self = weak.lock();
+          if (!self) return;
+          self->OnShard(gid, [gid, fail, participant, start, a = std::move(a)](
+                                 Impl& me, size_t sh) {
+            const bool reached = a.ok() || !IsTransient(a.status().code());
+            if (a.ok()) {
+              me.timeouts_.Observe(participant, CallKind::kQuery,
+                                   me.clock_.MonotonicMs() - start);
+            }
+            me.BreakerResult(participant, reached);
+            core::QueryReplyEvent e = fail;
+            if (a.ok()) {
+              e.status = absl::OkStatus();
+              e.barrier = a->state;
+              e.branch_hash = a->branch_hash;
+              e.authoritative = a->authoritative;
+            } else {
+              e.status = a.status();
+            }
+            me.Feed(sh, gid, e);
+          });
+        });
+  }
+
+  DriverOptions options_;
+  Clock& clock_;
+  ParticipantTransport& transport_;
+  wal::Log& log_;
+  DriverObserver no_observer_;
+  DriverObserver* observer_;
+  AdaptiveTimeouts timeouts_;
+  CircuitBreakers breakers_;
+  std::mutex rng_mu_;
+  std::mt19937_64 rng_;
+  std::vector<Shard> shards_;
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<RequestId> next_request_{1};
+};
+
+Driver::Driver(DriverOptions options, std::vector<Executor*> shards,
+               Clock& clock, ParticipantTransport& transport, wal::Log& log,
+               DriverObserver* observer)
+    : impl_(std::make_shared<Impl>(std::move(options), std::move(shards), clock,
+                                   transport, log, observer)) {}
+
+Driver::~Driver() = default;
+
+absl::Status Driver::Start() { return impl_->Start(); }
+
+void Driver::Submit(core::SubmitSpec spec, ReplyDone done) {
+  std::string gid = spec.gid;
+  auto shared = std::make_shared<core::SubmitSpec>(std::move(spec));
+  Impl* impl = impl_.get();
+  impl_->Request(
+      gid, true,
+      [shared, impl](RequestId rid) -> Event {
+        return core::SubmitEvent{rid, *shared, impl->epoch()};
+      },
+      std::move(done));
+}
+
+void Driver::Begin(core::BeginSpec spec, ReplyDone done) {
+  std::string gid = spec.gid;
+  Impl* impl = impl_.get();
+  impl_->Request(
+      gid, true,
+      [spec = std::move(spec), impl](RequestId rid) -> Event {
+        return core::BeginEvent{rid, spec, impl->epoch()};
+      },
+      std::move(done));
+}
+
+void Driver::Try(std::string gid, wal::BranchSpec branch, ReplyDone done) {
+  impl_->Request(
+      std::move(gid), false,
+      [branch = std::move(branch)](RequestId rid) -> Event {
+        return core::TryEvent{rid, branch};
+      },
+      std::move(done));
+}
+
+void Driver::Commit(std::string gid, std::vector<std::string> ids,
+                    core::WaitFor wait_for, ReplyDone done) {
+  impl_->Request(
+      std::move(gid), false,
+      [ids = std::move(ids), wait_for](RequestId rid) -> Event {
+        return core::CommitEvent{rid, ids, wait_for};
+      },
+      std::move(done));
+}
+
+void Driver::Rollback(std::string gid, core::WaitFor wait_for, ReplyDone done) {
+  impl_->Request(
+      std::move(gid), false,
+      [wait_for](RequestId rid) -> Event {
+        return core::RollbackEvent{rid, wait_for};
+      },
+      std::move(done));
+}
+
+void Driver::Get(std::string gid, ReplyDone done) {
+  impl_->Get(std::move(gid), std::move(done));
+}
+
+void Driver::Approve(std::string gid, std::string approval_id, ReplyDone done) {
+  impl_->Request(
+      std::move(gid), false,
+      [id = std::move(approval_id)](RequestId rid) -> Event {
+        return core::GateApproveEvent{rid, id};
+      },
+      std::move(done));
+}
+
+void Driver::ForceDecision(std::string gid, wal::Decision decision,
+                           std::string approval_id, ReplyDone done) {
+  impl_->Request(
+      std::move(gid), false,
+      [decision, id = std::move(approval_id)](RequestId rid) -> Event {
+        return core::ForceDecisionEvent{rid, decision, id};
+      },
+      std::move(done));
+}
+
+void Driver::ResolveBranch(std::string gid, std::string branch_id,
+                           std::string approval_id, ReplyDone done) {
+  impl_->Request(
+      std::move(gid), false,
+      [b = std::move(branch_id),
+       id = std::move(approval_id)](RequestId rid) -> Event {
+        return core::ResolveBranchEvent{rid, b, id};
+      },
+      std::move(done));
+}
+
+uint64_t Driver::owner_epoch() const { return impl_->epoch(); }
+
+BreakerState Driver::breaker_state(const std::string& participant) const {
+  return impl_->breaker(participant);
+}
+
+}  // namespace tcc::runtime

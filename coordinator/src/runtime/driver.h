@@ -1,0 +1,136 @@
+// The driver: runs the pure core (core/machine.h) over an injected executor,
+// clock, participant transport and WAL (DESIGN.md sections 7 and 8).
+//
+// Promises:
+// - One in-memory owner per gid. Gids are spread over a fixed number of
+//   shards by hash; every event of a gid (requests, WAL completions, replies,
+//   timers, recovery) runs on its shard's executor, in order.
+// - Write-ahead is structural: the core emits a participant call only in the
+//   step that handles a DurableEvent, and the driver feeds a DurableEvent only
+//   from the WAL's OK completion of that append. No code path sends a call
+//   otherwise.
+// - Retries: exponential backoff with full jitter (injected RNG) per branch,
+//   only for the branch that failed; Try-phase retries stop at the
+//   try-deadline (the core decides), phase 2 never stops. Per-call timeouts
+//   adapt to each participant's observed latency (about 2x p99 per call kind,
+//   clamped). A circuit breaker per participant fails new Trys (and Queries)
+//   fast while open and holds phase-2 calls until a probe succeeds. Phase-2
+//   calls of one transaction go out in parallel.
+// - Recovery: Start() takes a new owner epoch from the WAL and resumes every
+//   unfinished transaction (Log::ScanUnfinished) while requests are served. A
+//   request for a gid not in memory loads it from the WAL first (and resumes
+//   it if unfinished).
+// - Finished transactions with nobody waiting leave memory; Get reads them
+//   back from the WAL.
+//
+// Thread-safety: every public method may be called from any thread. Done
+// callbacks run on the gid's shard executor; they must not block. Destroying
+// the driver drops everything in memory (as a crash would); executors must
+// not run its tasks afterwards.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/machine.h"
+#include "runtime/call_policies.h"
+#include "runtime/environment.h"
+#include "tcc/wal/log.h"
+
+namespace tcc::runtime {
+
+// What a request is answered with.
+struct DriverReply {
+  core::TransactionView transaction;
+  bool duplicate = false;
+  std::optional<core::BranchView> branch;  // Try answers
+};
+
+using ReplyDone = std::function<void(absl::StatusOr<DriverReply>)>;
+
+// Hooks for metrics and log lines (the daemon logs with spdlog; the core and
+// the driver never log). Called on shard executors; must not block.
+class DriverObserver {
+ public:
+  virtual ~DriverObserver() = default;
+  // A core signal: retries, unknown outcomes and their resolution, STUCK,
+  // alerts, decisions, finishes. branch_id empty when not about a branch.
+  virtual void OnSignal(const std::string& /*gid*/,
+                        const std::string& /*branch_id*/,
+                        const core::SignalEffect& /*signal*/) {}
+  // A transaction reached CONFIRMED / CANCELLED, `duration_ms` after it was
+  // registered (wall clock).
+  virtual void OnFinished(const std::string& /*gid*/, core::TxnState /*state*/,
+                          int64_t /*duration_ms*/) {}
+  virtual void OnBreaker(const std::string& /*participant*/,
+                         BreakerState /*state*/) {}
+  // Every effect the driver runs, in order (tests count them to crash at
+  // each one).
+  virtual void OnEffect(const std::string& /*gid*/,
+                        const core::Effect& /*effect*/) {}
+  virtual void OnRecovered(size_t /*resumed*/) {}
+};
+
+struct DriverOptions {
+  core::Options core;
+  BackoffOptions backoff;
+  TimeoutBounds timeouts;
+  BreakerOptions breaker;
+  uint64_t rng_seed = 1;
+  // Draws in [0, 1) for backoff jitter; default: a PRNG seeded by rng_seed.
+  // Called from any shard: must be thread-safe if shards run in parallel
+  // (the default is).
+  std::function<double()> uniform01;
+  // Participant names a branch may use (DESIGN.md section 4: only configured
+  // participants are called). Unset: any name.
+  std::function<bool(const std::string&)> participant_known;
+};
+
+class Driver {
+ public:
+  // `shards`: one serial executor per shard (at least one). None of the
+  // injected objects is owned; all must outlive the driver.
+  Driver(DriverOptions options, std::vector<Executor*> shards, Clock& clock,
+         ParticipantTransport& transport, wal::Log& log,
+         DriverObserver* observer = nullptr);
+  ~Driver();
+  Driver(const Driver&) = delete;
+  Driver& operator=(const Driver&) = delete;
+
+  // Takes a new owner epoch and starts the recovery scan (asynchronously, on
+  // the shard executors). Requests may be made right after.
+  [[nodiscard]] absl::Status Start();
+
+  // Submit and Begin refuse (FAILED_PRECONDITION) a created_at older than the
+  // WAL's deduplication horizon (DESIGN.md section 3), and INVALID_ARGUMENT a
+  // branch naming a participant that is not configured.
+  void Submit(core::SubmitSpec spec, ReplyDone done);
+  void Begin(core::BeginSpec spec, ReplyDone done);
+  void Try(std::string gid, wal::BranchSpec branch, ReplyDone done);
+  void Commit(std::string gid, std::vector<std::string> expected_branch_ids,
+              core::WaitFor wait_for, ReplyDone done);
+  void Rollback(std::string gid, core::WaitFor wait_for, ReplyDone done);
+  void Get(std::string gid, ReplyDone done);
+  // Admin (DESIGN.md section 10). The WAL checks the approval.
+  void Approve(std::string gid, std::string approval_id, ReplyDone done);
+  void ForceDecision(std::string gid, wal::Decision decision,
+                     std::string approval_id, ReplyDone done);
+  void ResolveBranch(std::string gid, std::string branch_id,
+                     std::string approval_id, ReplyDone done);
+
+  uint64_t owner_epoch() const;
+  BreakerState breaker_state(const std::string& participant) const;
+
+  class Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace tcc::runtime

@@ -1,0 +1,99 @@
+// What the driver runs on, injected so that tests and the simulation run it
+// deterministically and the daemon runs it on Asio and gRPC (DESIGN.md
+// section 8; STYLE.md "Time").
+//
+//   Executor             runs tasks; one per shard, serial (a strand)
+//   Clock                wall and monotonic time, one-shot timers
+//   ParticipantTransport Try/Confirm/Cancel/Query calls, asynchronous
+//
+// Implementations: sim/ (deterministic executor, simulated clock, simulated
+// transport) for tests; the daemon provides Asio strands, a real clock (the
+// only place that reads the system clock) and the gRPC transport.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "core/transaction.h"
+#include "tcc/wal/records.h"
+
+namespace tcc::runtime {
+
+// Runs posted tasks. The driver requires each executor it is given to run its
+// tasks one at a time, in posting order (a strand); different executors may
+// run in parallel. Post is thread-safe and never runs the task inline.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual void Post(std::function<void()> task) = 0;
+};
+
+using TimerId = uint64_t;
+
+// Time. WallMs is Unix ms (the clock persisted deadlines are in); MonotonicMs
+// never goes back (durations, timers). Schedule runs `fn` once, on a thread of
+// the clock's choosing, after `delay_ms` of monotonic time; Cancel is
+// best-effort (a timer already firing may still run). Thread-safe.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual int64_t WallMs() const = 0;
+  virtual int64_t MonotonicMs() const = 0;
+  virtual TimerId Schedule(int64_t delay_ms, std::function<void()> fn) = 0;
+  virtual void Cancel(TimerId id) = 0;
+};
+
+// One Try, Confirm or Cancel (tcc.v1.BranchRequest). `spec` points into the
+// driver's state and is valid only during the Call: copy what you keep.
+struct BranchCall {
+  std::string gid;
+  int64_t created_at_ms = 0;
+  const wal::BranchSpec* spec = nullptr;
+  wal::Phase phase = wal::Phase::kTry;
+  uint64_t revision = 0;
+  uint32_t attempt = 0;
+  uint64_t owner_epoch = 0;
+  int64_t try_deadline_ms = 0;
+};
+
+// A participant's answer (tcc.v1.BranchResponse).
+struct BranchAnswer {
+  wal::Outcome outcome = wal::Outcome::kNone;
+  bool replayed = false;
+  std::string message;
+};
+
+struct QueryCall {
+  std::string gid;
+  int64_t created_at_ms = 0;
+  std::string branch_id;
+  std::string participant;
+};
+
+// The reverse lookup's answer (tcc.v1.QueryResponse).
+struct QueryAnswer {
+  core::BarrierState state = core::BarrierState::kNotFound;
+  wal::Hash branch_hash{};
+  bool authoritative = false;
+};
+
+using BranchDone = std::function<void(absl::StatusOr<BranchAnswer>)>;
+using QueryDone = std::function<void(absl::StatusOr<QueryAnswer>)>;
+
+// Moves calls to participants. `done` is called once with the answer or the
+// transport's error; when `timeout_ms` passes first, with DEADLINE_EXCEEDED.
+// (A simulated transport may call it a second time to model a duplicated
+// reply; the driver tolerates that.) Callbacks may run on any thread, never
+// inside Call/Query. Thread-safe.
+class ParticipantTransport {
+ public:
+  virtual ~ParticipantTransport() = default;
+  virtual void Call(const BranchCall& call, int64_t timeout_ms,
+                    BranchDone done) = 0;
+  virtual void Query(const QueryCall& query, int64_t timeout_ms,
+                     QueryDone done) = 0;
+};
+
+}  // namespace tcc::runtime

@@ -1,0 +1,335 @@
+#include "runtime/sim/sim_environment.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace tcc::runtime::sim {
+
+using core::BarrierState;
+using wal::Outcome;
+
+size_t DeterministicExecutor::RunAll() {
+  size_t n = 0;
+  while (!tasks_.empty()) {
+    auto task = std::move(tasks_.front());
+    tasks_.pop_front();
+    task();
+    ++n;
+  }
+  return n;
+}
+
+TimerId SimClock::Schedule(int64_t delay_ms, std::function<void()> fn) {
+  const TimerId id = next_id_++;
+  timers_.emplace(std::make_pair(mono_ + std::max<int64_t>(0, delay_ms), id),
+                  std::move(fn));
+  return id;
+}
+
+void SimClock::Cancel(TimerId id) {
+  for (auto it = timers_.begin(); it != timers_.end(); ++it) {
+    if (it->first.second == id) {
+      timers_.erase(it);
+      return;
+    }
+  }
+}
+
+std::optional<int64_t> SimClock::NextDue() const {
+  if (timers_.empty()) return std::nullopt;
+  return timers_.begin()->first.first;
+}
+
+void SimClock::AdvanceTo(int64_t t) {
+  while (!timers_.empty() && timers_.begin()->first.first <= t) {
+    auto it = timers_.begin();
+    mono_ = std::max(mono_, it->first.first);
+    auto fn = std::move(it->second);
+    timers_.erase(it);
+    fn();
+  }
+  mono_ = std::max(mono_, t);
+}
+
+bool SimLoop::StepOnce(int64_t limit_ms) {
+  if (executor_.RunAll() > 0) return true;
+  if (log_ != nullptr && log_->WaitingDurable() > 0) {
+    log_->SyncNow();
+    return true;
+  }
+  auto next = clock_.NextDue();
+  if (!next || *next > limit_ms) return false;
+  // Fire the timers due at that instant only.
+  clock_.AdvanceTo(*next);
+  return true;
+}
+
+bool SimLoop::RunUntil(const std::function<bool()>& done, int64_t max_ms) {
+  const int64_t limit = clock_.MonotonicMs() + max_ms;
+  while (!done()) {
+    if (!StepOnce(limit)) return done();
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- barrier
+
+absl::StatusOr<BranchAnswer> BarrierParticipant::OnCall(const BranchCall& c,
+                                                        int64_t now) {
+  if (down_) return absl::UnavailableError("participant down");
+  Record& r = records_[Key{c.gid, c.created_at_ms, c.spec->branch_id}];
+  const wal::Hash& h = c.spec->branch_hash;
+  const bool has_try = r.try_state != BarrierState::kNotFound;
+  const bool cancelled = r.try_state == BarrierState::kCancelledBeforeTry ||
+                         r.phase2 == BarrierState::kCancelled;
+  switch (c.phase) {
+    case wal::Phase::kTry:
+      if (cancelled) return BranchAnswer{Outcome::kHangingRefused, false, ""};
+      if (now > c.try_deadline_ms + skew_ && !has_try) {
+        return BranchAnswer{Outcome::kHangingRefused, false, "late"};
+      }
+      if (has_try && r.hash != h) {
+        return BranchAnswer{Outcome::kConflict, false, ""};
+      }
+      if (r.try_state == BarrierState::kTried) {
+        return BranchAnswer{Outcome::kExecuted, true, ""};
+      }
+      if (r.try_state == BarrierState::kTryRejected) {
+        return BranchAnswer{Outcome::kRejected, true, ""};
+      }
+      ++r.try_runs;
+      r.hash = h;
+      if (business_ && !business_(c)) {
+        r.try_state = BarrierState::kTryRejected;
+        return BranchAnswer{Outcome::kRejected, false, "refused"};
+      }
+      r.try_state = BarrierState::kTried;
+      return BranchAnswer{Outcome::kExecuted, false, ""};
+    case wal::Phase::kConfirm:
+      if (r.phase2 == BarrierState::kConfirmed && r.hash == h) {
+        return BranchAnswer{Outcome::kExecuted, true, ""};
+      }
+      if (cancelled) return absl::FailedPreconditionError("cancelled");
+      if (has_try && r.hash != h) {
+        return BranchAnswer{Outcome::kConflict, false, ""};
+      }
+      if (r.try_state == BarrierState::kTried) {
+        ++r.confirm_runs;
+        r.phase2 = BarrierState::kConfirmed;
+        return BranchAnswer{Outcome::kExecuted, false, ""};
+      }
+      return absl::FailedPreconditionError("no successful Try");
+    case wal::Phase::kCancel:
+      if (cancelled) {
+        const bool ran = r.cancel_runs > 0;
+        return BranchAnswer{ran ? Outcome::kExecuted : Outcome::kEmptyRollback,
+                            true, ""};
+      }
+      if (r.phase2 == BarrierState::kConfirmed) {
+        return absl::FailedPreconditionError("confirmed");
+      }
+      if (has_try && r.hash != h) {
+        return BranchAnswer{Outcome::kConflict, false, ""};
+      }
+      if (!has_try) {
+        r.try_state = BarrierState::kCancelledBeforeTry;
+        r.hash = h;
+        return BranchAnswer{Outcome::kEmptyRollback, false, ""};
+      }
+      if (r.try_state == BarrierState::kTryRejected) {
+        r.phase2 = BarrierState::kCancelled;
+        return BranchAnswer{Outcome::kEmptyRollback, false, ""};
+      }
+      ++r.cancel_runs;
+      r.phase2 = BarrierState::kCancelled;
+      return BranchAnswer{Outcome::kExecuted, false, ""};
+  }
+  return absl::InternalError("unknown phase");
+}
+
+absl::StatusOr<QueryAnswer> BarrierParticipant::OnQuery(const QueryCall& q,
+                                                        int64_t) {
+  if (down_) return absl::UnavailableError("participant down");
+  auto it = records_.find(Key{q.gid, q.created_at_ms, q.branch_id});
+  QueryAnswer a;
+  a.authoritative = true;
+  if (it == records_.end()) return a;
+  const Record& r = it->second;
+  a.branch_hash = r.hash;
+  a.state = r.phase2 != BarrierState::kNotFound ? r.phase2 : r.try_state;
+  return a;
+}
+
+int BarrierParticipant::Held() const {
+  int n = 0;
+  for (const auto& [k, r] : records_) {
+    n += r.try_state == BarrierState::kTried &&
+         r.phase2 == BarrierState::kNotFound;
+  }
+  return n;
+}
+
+int BarrierParticipant::ExactlyOnceViolations() const {
+  int n = 0;
+  for (const auto& [k, r] : records_) {
+    n += r.try_runs > 1 || r.confirm_runs > 1 || r.cancel_runs > 1 ||
+         (r.confirm_runs > 0 && r.cancel_runs > 0);
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------- transport
+
+void SimTransport::Add(const std::string& name, SimParticipant* participant) {
+  participants_[name] = participant;
+  faults_[name];
+}
+
+bool SimTransport::Draw(double p) {
+  return p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p;
+}
+
+int64_t SimTransport::Latency(const LinkFaults& f) {
+  return std::uniform_int_distribution<int64_t>(
+      f.min_latency_ms, std::max(f.min_latency_ms, f.max_latency_ms))(rng_);
+}
+
+namespace {
+
+// Completes a call once (the first of reply, timeout, error); a duplicated
+// reply may call `done` again after a delivered reply.
+template <typename Done>
+struct Pending {
+  Done done;
+  bool completed = false;
+  bool delivered = false;
+};
+
+}  // namespace
+
+void SimTransport::Call(const BranchCall& call, int64_t timeout_ms,
+                        BranchDone done) {
+  ++calls_;
+  const std::string& name = call.spec->participant;
+  if (log_ != nullptr) {
+    const std::string branch_id = call.spec->branch_id;
+    const wal::Phase phase = call.phase;
+    const bool ok = log_->IsDurable(call.gid, [&](const wal::Record& r) {
+      if (phase == wal::Phase::kTry) {
+        if (const auto* reg = std::get_if<wal::Registered>(&r)) {
+          for (const auto& b : reg->branches) {
+            if (b.branch_id == branch_id) return true;
+          }
+        }
+        if (const auto* add = std::get_if<wal::BranchAdded>(&r)) {
+          return add->branch.branch_id == branch_id;
+        }
+        return false;
+      }
+      const auto* d = std::get_if<wal::Decided>(&r);
+      return d != nullptr && d->decision == (phase == wal::Phase::kConfirm
+                                                 ? wal::Decision::kConfirm
+                                                 : wal::Decision::kCancel);
+    });
+    if (!ok) {
+      violations_.push_back(absl::StrCat(
+          "write-ahead: ", core::PhaseName(phase), " of ", call.gid, "/",
+          branch_id, " sent before the record implying it was synced"));
+    }
+  }
+  auto pending = std::make_shared<Pending<BranchDone>>();
+  pending->done = std::move(done);
+  clock_.Schedule(timeout_ms, [pending] {
+    if (pending->completed) return;
+    pending->completed = true;
+    pending->done(absl::DeadlineExceededError("call timed out"));
+  });
+  auto pit = participants_.find(name);
+  LinkFaults& f = faults_[name];
+  if (pit == participants_.end() || f.partitioned) {
+    clock_.Schedule(1, [pending, name] {
+      if (pending->completed) return;
+      pending->completed = true;
+      pending->done(absl::UnavailableError("unreachable: " + name));
+    });
+    return;
+  }
+  // Copy what the delivery needs: the driver's spec pointer dies with Call.
+  auto copy = std::make_shared<std::pair<BranchCall, wal::BranchSpec>>(
+      call, *call.spec);
+  SimParticipant* p = pit->second;
+  Script script = scripts_.count(name) ? scripts_[name] : Script();
+  SimClock* clock = &clock_;
+  // One delivery of the request (the network may deliver it twice); the
+  // first answer back completes the call, a later one arrives as a
+  // duplicated reply if the call had been answered (not timed out).
+  const int copies = Draw(f.duplicate_request) ? 2 : 1;
+  for (int i = 0; i < copies; ++i) {
+    if (Draw(f.lose_request)) continue;
+    const bool lose_reply = Draw(f.lose_reply);
+    const bool dup = Draw(f.duplicate);
+    const int64_t there = Latency(f);
+    const int64_t back = Latency(f);
+    const int64_t again = Latency(f);
+    clock_.Schedule(there, [=] {
+      copy->first.spec = &copy->second;
+      std::optional<absl::StatusOr<BranchAnswer>> scripted;
+      if (script) scripted = script(copy->first);
+      absl::StatusOr<BranchAnswer> answer =
+          scripted ? *scripted : p->OnCall(copy->first, clock->WallMs());
+      if (lose_reply) return;
+      clock->Schedule(back, [=] {
+        if (pending->completed) {
+          if (pending->delivered) pending->done(answer);  // a duplicate
+          return;
+        }
+        pending->completed = true;
+        pending->delivered = true;
+        pending->done(answer);
+        if (dup) {
+          clock->Schedule(again, [=] { pending->done(answer); });
+        }
+      });
+    });
+  }
+}
+
+void SimTransport::Query(const QueryCall& query, int64_t timeout_ms,
+                         QueryDone done) {
+  ++queries_;
+  auto pending = std::make_shared<Pending<QueryDone>>();
+  pending->done = std::move(done);
+  clock_.Schedule(timeout_ms, [pending] {
+    if (pending->completed) return;
+    pending->completed = true;
+    pending->done(absl::DeadlineExceededError("query timed out"));
+  });
+  auto pit = participants_.find(query.participant);
+  LinkFaults& f = faults_[query.participant];
+  if (pit == participants_.end() || f.partitioned) {
+    clock_.Schedule(1, [pending] {
+      if (pending->completed) return;
+      pending->completed = true;
+      pending->done(absl::UnavailableError("unreachable"));
+    });
+    return;
+  }
+  if (Draw(f.lose_request)) return;
+  const bool lose_reply = Draw(f.lose_reply);
+  const int64_t there = Latency(f);
+  const int64_t back = Latency(f);
+  SimParticipant* p = pit->second;
+  SimClock* clock = &clock_;
+  clock_.Schedule(there, [=] {
+    absl::StatusOr<QueryAnswer> answer = p->OnQuery(query, clock->WallMs());
+    if (lose_reply) return;
+    clock->Schedule(back, [=] {
+      if (pending->completed) return;
+      pending->completed = true;
+      pending->done(answer);
+    });
+  });
+}
+
+}  // namespace tcc::runtime::sim

@@ -1,0 +1,69 @@
+#include "runtime/call_policies.h"
+
+#include <catch2/catch.hpp>
+
+namespace tcc::runtime {
+namespace {
+
+TEST_CASE("backoff: full jitter under an exponential ceiling, capped",
+          "[policies]") {
+  BackoffOptions o{20, 5000, 60000};
+  CHECK(BackoffDelayMs(o, 1, false, 0.999) <= 20);
+  CHECK(BackoffDelayMs(o, 3, false, 0.999) <= 80);
+  CHECK(BackoffDelayMs(o, 3, false, 0.999) > 40);
+  CHECK(BackoffDelayMs(o, 40, false, 0.999) <= 5000);
+  CHECK(BackoffDelayMs(o, 40, false, 0.999) > 4000);
+  CHECK(BackoffDelayMs(o, 5, false, 0.0) == 0);
+  CHECK(BackoffDelayMs(o, 5, true, 0.5) == 60000);
+}
+
+TEST_CASE("adaptive timeout: about 2x p99, clamped", "[policies]") {
+  AdaptiveTimeouts t(TimeoutBounds{20, 5000, 1000}, 256, 20);
+  CHECK(t.TimeoutMs("p", CallKind::kTry) == 1000);
+  for (int i = 0; i < 100; ++i)
+    t.Observe("p", CallKind::kTry, i < 98 ? 10 : 100);
+  CHECK(t.TimeoutMs("p", CallKind::kTry) == 200);
+  CHECK(t.TimeoutMs("p", CallKind::kConfirm) == 1000);  // per kind
+  for (int i = 0; i < 300; ++i) t.Observe("q", CallKind::kTry, 1);
+  CHECK(t.TimeoutMs("q", CallKind::kTry) == 20);  // min bound
+  for (int i = 0; i < 300; ++i) t.Observe("q", CallKind::kTry, 9000);
+  CHECK(t.TimeoutMs("q", CallKind::kTry) == 5000);  // max bound, window
+}
+
+TEST_CASE("circuit breaker: closed, open, half-open probe, closed",
+          "[policies]") {
+  CircuitBreakers b(BreakerOptions{2, 100});
+  bool changed = false;
+  CHECK(b.Admission("p", CallKind::kTry, 0, nullptr) ==
+        CircuitBreakers::Admit::kSend);
+  b.OnResult("p", false, 0, &changed);
+  CHECK(b.State("p") == BreakerState::kClosed);
+  b.OnResult("p", false, 0, &changed);
+  CHECK(changed);
+  CHECK(b.State("p") == BreakerState::kOpen);
+  CHECK(b.Admission("p", CallKind::kTry, 50, nullptr) ==
+        CircuitBreakers::Admit::kFailFast);
+  int released = 0;
+  CHECK(b.Admission("p", CallKind::kConfirm, 50, [&] { ++released; }) ==
+        CircuitBreakers::Admit::kHold);
+  CHECK(b.Admission("p", CallKind::kCancel, 60, [&] { ++released; }) ==
+        CircuitBreakers::Admit::kHold);
+  auto probe = b.ProbeDue("p", 150);
+  REQUIRE(probe.size() == 1);
+  CHECK(b.State("p") == BreakerState::kHalfOpen);
+  probe[0]();
+  auto rest = b.OnResult("p", true, 160, &changed);
+  CHECK(b.State("p") == BreakerState::kClosed);
+  for (auto& f : rest) f();
+  CHECK(released == 2);
+  // A failed probe opens it again.
+  b.OnResult("p", false, 200, &changed);
+  b.OnResult("p", false, 200, &changed);
+  CHECK(b.Admission("p", CallKind::kTry, 300, nullptr) ==
+        CircuitBreakers::Admit::kSend);  // the probe
+  b.OnResult("p", false, 310, &changed);
+  CHECK(b.State("p") == BreakerState::kOpen);
+}
+
+}  // namespace
+}  // namespace tcc::runtime

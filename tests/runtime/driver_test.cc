@@ -1,0 +1,536 @@
+// The driver over the deterministic environment: simulated clock, executor
+// and transport, in-memory barrier participants and the in-memory WAL (not
+// auto-synced: SimLoop group-commits when the executor is idle). No sleeps.
+#include "runtime/driver.h"
+
+#include <catch2/catch.hpp>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "runtime/sim/sim_environment.h"
+#include "tcc/wal/memory_log.h"
+
+namespace tcc::runtime {
+namespace {
+
+using core::SignalKind;
+using core::TxnState;
+using wal::Decision;
+
+struct RecordingObserver : DriverObserver {
+  std::map<SignalKind, int> signals;
+  std::vector<std::pair<std::string, BreakerState>> breaker;
+  std::map<std::string, TxnState> finished;
+  uint64_t effects = 0;
+  std::function<void(const std::string&, const core::SignalEffect&)> on_signal;
+  std::function<void()> on_effect;
+
+  void OnSignal(const std::string& gid, const std::string&,
+                const core::SignalEffect& s) override {
+    ++signals[s.kind];
+    if (on_signal) on_signal(gid, s);
+  }
+  void OnFinished(const std::string& gid, TxnState state, int64_t) override {
+    finished[gid] = state;
+  }
+  void OnBreaker(const std::string& p, BreakerState s) override {
+    breaker.emplace_back(p, s);
+  }
+  void OnRecovered(size_t n) override { recovered += n; }
+  size_t recovered = 0;
+  void OnEffect(const std::string&, const core::Effect&) override {
+    ++effects;
+    if (on_effect) on_effect();
+  }
+};
+
+using Result = std::shared_ptr<std::optional<absl::StatusOr<DriverReply>>>;
+
+ReplyDone Into(Result r) {
+  return [r](absl::StatusOr<DriverReply> v) { *r = std::move(v); };
+}
+
+struct Harness {
+  explicit Harness(int participants, DriverOptions o = {}, uint64_t seed = 7)
+      : options(std::move(o)), transport(clock, seed) {
+    for (int i = 0; i < participants; ++i) {
+      const std::string name = "p" + std::to_string(i);
+      parts[name] = std::make_unique<sim::BarrierParticipant>(
+          [this, name](const BranchCall&) { return !rejects.count(name); });
+      transport.Add(name, parts[name].get());
+    }
+    transport.CheckWriteAhead(&log);
+    StartDriver();
+  }
+
+  void StartDriver() {
+    driver = std::make_unique<Driver>(
+        options, std::vector<Executor*>{&exec, &exec, &exec}, clock, transport,
+        log, &observer);
+    REQUIRE(driver->Start().ok());
+  }
+
+  // The process dies: memory, queued tasks, timers and calls in flight are
+  // gone; the log keeps what was synced plus `keep` unsynced appends.
+  void Crash(size_t keep) {
+    driver.reset();
+    exec.Clear();
+    clock.Clear();
+    log.Crash(keep);
+    StartDriver();
+  }
+
+  core::SubmitSpec Spec(const std::string& gid, int branches,
+                        core::WaitFor wait = core::WaitFor::kFinished) {
+    core::SubmitSpec s;
+    s.gid = gid;
+    s.created_at_ms = clock.WallMs();
+    s.revision = 1;
+    s.try_timeout_ms = 2000;
+    s.wait_for = wait;
+    for (int i = 0; i < branches; ++i) {
+      wal::BranchSpec b;
+      b.branch_id = "b" + std::to_string(i);
+      b.participant = "p" + std::to_string(i);
+      b.action = "transfer";
+      b.payload = gid + "-payload";
+      s.branches.push_back(b);
+    }
+    return s;
+  }
+
+  Result Submit(core::SubmitSpec spec) {
+    auto r = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+    driver->Submit(std::move(spec), Into(r));
+    return r;
+  }
+
+  bool Run(const std::function<bool()>& done, int64_t max_ms = 600'000) {
+    return loop.RunUntil(done, max_ms);
+  }
+  bool Wait(const Result& r, int64_t max_ms = 600'000) {
+    return Run([&] { return r->has_value(); }, max_ms);
+  }
+
+  TxnState StoredState(const std::string& gid) {
+    auto t = log.Read(gid);
+    REQUIRE(t.ok());
+    return t->summary.state;
+  }
+
+  // Atomicity and no reservation held, over every participant.
+  void CheckInvariants() {
+    CHECK(transport.violations().empty());
+    for (const auto& v : transport.violations()) UNSCOPED_INFO(v);
+    std::map<std::string, std::set<core::BarrierState>> by_gid;
+    for (const auto& [name, p] : parts) {
+      CHECK(p->Held() == 0);
+      CHECK(p->ExactlyOnceViolations() == 0);
+      for (const auto& [key, rec] : p->records()) {
+        by_gid[std::get<0>(key)].insert(rec.phase2);
+      }
+    }
+    for (const auto& [gid, phases] : by_gid) {
+      INFO("gid " << gid);
+      CHECK_FALSE(
+          (phases.count(core::BarrierState::kConfirmed) && phases.size() > 1));
+    }
+  }
+
+  DriverOptions options;
+  sim::DeterministicExecutor exec;
+  sim::SimClock clock;
+  wal::MemoryLog log{wal::MemoryLogOptions{false, {}}};
+  sim::SimTransport transport;
+  std::map<std::string, std::unique_ptr<sim::BarrierParticipant>> parts;
+  std::set<std::string> rejects;
+  RecordingObserver observer;
+  std::unique_ptr<Driver> driver;
+  sim::SimLoop loop{exec, clock, &log};
+};
+
+TEST_CASE("happy path: every branch confirmed, answered once finished",
+          "[driver]") {
+  Harness h(3);
+  Result r = h.Submit(h.Spec("g1", 3));
+  REQUIRE(h.Wait(r));
+  REQUIRE(r->value().ok());
+  CHECK(r->value()->transaction.state == TxnState::kConfirmed);
+  CHECK(r->value()->transaction.decision == Decision::kConfirm);
+  for (const auto& [n, p] : h.parts) {
+    for (const auto& [k, rec] : p->records()) {
+      CHECK(rec.phase2 == core::BarrierState::kConfirmed);
+    }
+  }
+  CHECK(h.StoredState("g1") == TxnState::kConfirmed);
+  // Evicted from memory; Get reads it back.
+  Result g = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+  h.driver->Get("g1", Into(g));
+  REQUIRE(h.Wait(g));
+  CHECK(g->value()->transaction.state == TxnState::kConfirmed);
+  Result missing =
+      std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+  h.driver->Get("nope", Into(missing));
+  REQUIRE(h.Wait(missing));
+  CHECK(missing->value().status().code() == absl::StatusCode::kNotFound);
+  h.CheckInvariants();
+}
+
+TEST_CASE(
+    "a rejection cancels every branch, including one whose Try never "
+    "arrived",
+    "[driver]") {
+  Harness h(3);
+  h.rejects.insert("p1");
+  h.transport.faults("p2").lose_request = 1.0;  // p2 never sees its Try
+  h.observer.on_signal = [&](const std::string&, const core::SignalEffect& s) {
+    if (s.kind == SignalKind::kDecided) {
+      h.transport.faults("p2").lose_request = 0;
+    }
+  };
+  Result r = h.Submit(h.Spec("g1", 3));
+  REQUIRE(h.Wait(r));
+  CHECK(r->value()->transaction.state == TxnState::kCancelled);
+  CHECK(r->value()->transaction.decision_reason.find("b1 REJECTED") !=
+        std::string::npos);
+  auto& p2 = h.parts["p2"]->records();
+  REQUIRE(p2.size() == 1);
+  CHECK(p2.begin()->second.try_state ==
+        core::BarrierState::kCancelledBeforeTry);
+  CHECK(p2.begin()->second.try_runs == 0);
+  h.CheckInvariants();
+}
+
+TEST_CASE("a Try whose reply is lost is looked up, then acted on", "[driver]") {
+  SECTION("it ran there: Query says TRIED, the transaction confirms") {
+    Harness h(2);
+    h.transport.faults("p0").lose_reply = 1.0;
+    Result r = h.Submit(h.Spec("g1", 2));
+    REQUIRE(h.Run(
+        [&] { return h.observer.signals[SignalKind::kUnknownOutcome] > 0; }));
+    h.transport.faults("p0").lose_reply = 0;
+    REQUIRE(h.Wait(r));
+    CHECK(r->value()->transaction.state == TxnState::kConfirmed);
+    CHECK(h.observer.signals[SignalKind::kUnknownResolved] >= 1);
+    CHECK(h.parts["p0"]->records().begin()->second.try_runs == 1);
+    CHECK(h.transport.queries() >= 1);
+    h.CheckInvariants();
+  }
+  SECTION("it never arrived: Query says NOT_FOUND, the Try is re-sent") {
+    Harness h(2);
+    h.transport.faults("p0").lose_request = 1.0;
+    Result r = h.Submit(h.Spec("g1", 2));
+    REQUIRE(h.Run(
+        [&] { return h.observer.signals[SignalKind::kUnknownOutcome] > 0; }));
+    h.transport.faults("p0").lose_request = 0;
+    REQUIRE(h.Wait(r));
+    CHECK(r->value()->transaction.state == TxnState::kConfirmed);
+    CHECK(r->value()->transaction.branches[0].try_phase.attempts >= 2);
+    h.CheckInvariants();
+  }
+}
+
+// A replica that lags: answers every Query, never authoritatively. Its
+// Trys run, but the connection breaks before the answer (outcome unknown).
+class LaggingReplica : public sim::SimParticipant {
+ public:
+  explicit LaggingReplica(sim::BarrierParticipant* primary) : p_(primary) {}
+  absl::StatusOr<BranchAnswer> OnCall(const BranchCall& c,
+                                      int64_t now) override {
+    auto a = p_->OnCall(c, now);
+    if (c.phase == wal::Phase::kTry) {
+      return absl::UnavailableError("connection reset");
+    }
+    return a;
+  }
+  absl::StatusOr<QueryAnswer> OnQuery(const QueryCall& q,
+                                      int64_t now) override {
+    auto a = p_->OnQuery(q, now);
+    if (a.ok()) a->authoritative = false;
+    return a;
+  }
+  int queries = 0;
+
+ private:
+  sim::BarrierParticipant* p_;
+};
+
+TEST_CASE(
+    "answers that are not authoritative keep the Try unknown until the "
+    "try-deadline, which cancels",
+    "[driver]") {
+  Harness h(2);
+  LaggingReplica lagging(h.parts["p0"].get());
+  h.transport.Add("p0", &lagging);
+  const int64_t start = h.clock.WallMs();
+  Result r = h.Submit(h.Spec("g1", 2));
+  REQUIRE(h.Wait(r));
+  CHECK(r->value()->transaction.state == TxnState::kCancelled);
+  CHECK(r->value()->transaction.decided_at_ms >= start + 2000);
+  CHECK(h.transport.queries() >= 3);
+  CHECK(r->value()->transaction.decision_reason.find("b0 Try unknown") !=
+        std::string::npos);
+  // It had reserved; the Cancel released it.
+  CHECK(h.parts["p0"]->records().begin()->second.phase2 ==
+        core::BarrierState::kCancelled);
+  h.CheckInvariants();
+}
+
+TEST_CASE("a participant down during Confirm is retried until it returns",
+          "[driver]") {
+  DriverOptions o;
+  o.breaker.failure_threshold = 1000;  // this test is about retries
+  Harness h(2, o);
+  h.observer.on_signal = [&](const std::string&, const core::SignalEffect& s) {
+    if (s.kind == SignalKind::kDecided) h.parts["p1"]->set_down(true);
+  };
+  Result r = h.Submit(h.Spec("g1", 2));
+  REQUIRE(h.Run([&] { return h.observer.signals[SignalKind::kRetry] >= 10; }));
+  CHECK_FALSE(r->has_value());
+  const int64_t t = h.clock.MonotonicMs();
+  h.Run([&] { return h.clock.MonotonicMs() > t + 60'000; });  // a minute down
+  CHECK_FALSE(r->has_value());
+  h.parts["p1"]->set_down(false);
+  REQUIRE(h.Wait(r));
+  CHECK(r->value()->transaction.state == TxnState::kConfirmed);
+  h.CheckInvariants();
+}
+
+TEST_CASE(
+    "circuit breaker: opens, fails new Trys fast, holds phase 2, "
+    "recovers after a probe",
+    "[driver]") {
+  DriverOptions o;
+  o.breaker.failure_threshold = 3;
+  o.breaker.open_ms = 1000;
+  Harness h(2, o);
+  h.observer.on_signal = [&](const std::string& gid,
+                             const core::SignalEffect& s) {
+    if (gid == "g1" && s.kind == SignalKind::kDecided) {
+      h.transport.faults("p1").partitioned = true;
+    }
+  };
+  Result r1 = h.Submit(h.Spec("g1", 2));
+  REQUIRE(h.Run(
+      [&] { return h.driver->breaker_state("p1") == BreakerState::kOpen; }));
+  // A new transaction touching p1 fails fast: its Try never leaves.
+  const uint64_t calls_before = h.transport.calls();
+  // (Its Cancel to p1 is held like any phase-2 call: answer at the decision.)
+  Result r2 = h.Submit(h.Spec("g2", 2, core::WaitFor::kDecided));
+  REQUIRE(h.Wait(r2));
+  CHECK(r2->value()->transaction.decision == Decision::kCancel);
+  CHECK(r2->value()->transaction.decision_reason.find("circuit open") !=
+        std::string::npos);
+  CHECK(h.transport.calls() - calls_before < 6);
+  CHECK_FALSE(r1->has_value());
+  h.transport.faults("p1").partitioned = false;
+  REQUIRE(h.Wait(r1));
+  CHECK(r1->value()->transaction.state == TxnState::kConfirmed);
+  CHECK(h.driver->breaker_state("p1") == BreakerState::kClosed);
+  REQUIRE(h.observer.breaker.size() >= 2);
+  CHECK(h.observer.breaker.front().second == BreakerState::kOpen);
+  CHECK(h.observer.breaker.back().second == BreakerState::kClosed);
+  h.CheckInvariants();
+}
+
+TEST_CASE("duplicate Submit answered once each; conflicting Submit refused",
+          "[driver]") {
+  Harness h(2);
+  Result a = h.Submit(h.Spec("g1", 2));
+  Result b = h.Submit(h.Spec("g1", 2));
+  core::SubmitSpec other = h.Spec("g1", 2);
+  other.branches[0].payload = "something else";
+  Result c = h.Submit(other);
+  REQUIRE(h.Run(
+      [&] { return a->has_value() && b->has_value() && c->has_value(); }));
+  CHECK(a->value()->transaction.state == TxnState::kConfirmed);
+  CHECK(b->value()->transaction.state == TxnState::kConfirmed);
+  CHECK(a->value()->duplicate != b->value()->duplicate);
+  CHECK(c->value().status().code() == absl::StatusCode::kAlreadyExists);
+  // After it finished and left memory: still a duplicate.
+  Result d = h.Submit(h.Spec("g1", 2));
+  REQUIRE(h.Wait(d));
+  CHECK(d->value()->duplicate);
+  CHECK(h.parts["p0"]->records().begin()->second.try_runs == 1);
+  h.CheckInvariants();
+}
+
+TEST_CASE("interactive: Begin, Try, Try, Commit; Rollback", "[driver]") {
+  Harness h(2);
+  auto res = [] {
+    return std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+  };
+  core::BeginSpec bs;
+  bs.gid = "i1";
+  bs.created_at_ms = h.clock.WallMs();
+  bs.revision = 3;
+  bs.timeout_ms = 5000;
+  Result begin = res();
+  h.driver->Begin(bs, Into(begin));
+  REQUIRE(h.Wait(begin));
+  CHECK(begin->value()->transaction.state == TxnState::kOpen);
+  for (int i = 0; i < 2; ++i) {
+    wal::BranchSpec b;
+    b.branch_id = "b" + std::to_string(i);
+    b.participant = "p" + std::to_string(i);
+    b.action = "hold";
+    b.payload = "x";
+    Result t = res();
+    h.driver->Try("i1", b, Into(t));
+    REQUIRE(h.Wait(t));
+    REQUIRE(t->value()->branch.has_value());
+    CHECK(t->value()->branch->try_phase.state == wal::PhaseState::kSucceeded);
+  }
+  Result wrong = res();
+  h.driver->Commit("i1", {"b0"}, core::WaitFor::kFinished, Into(wrong));
+  REQUIRE(h.Wait(wrong));
+  CHECK(wrong->value().status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  Result commit = res();
+  h.driver->Commit("i1", {"b1", "b0"}, core::WaitFor::kFinished, Into(commit));
+  REQUIRE(h.Wait(commit));
+  CHECK(commit->value()->transaction.state == TxnState::kConfirmed);
+  CHECK(commit->value()->transaction.content_hash.has_value());
+
+  bs.gid = "i2";
+  Result b2 = res();
+  h.driver->Begin(bs, Into(b2));
+  REQUIRE(h.Wait(b2));
+  Result rb = res();
+  h.driver->Rollback("i2", core::WaitFor::kFinished, Into(rb));
+  REQUIRE(h.Wait(rb));
+  CHECK(rb->value()->transaction.state == TxnState::kCancelled);
+  Result late = res();
+  h.driver->Commit("i2", {}, core::WaitFor::kFinished, Into(late));
+  REQUIRE(h.Wait(late));
+  CHECK(late->value().status().code() == absl::StatusCode::kFailedPrecondition);
+  h.CheckInvariants();
+}
+
+// Runs three transactions (one cancelled); returns how many effects the
+// driver ran. With crash_at > 0, crashes when the effect count reaches it,
+// keeping `keep` unsynced appends, then restarts, lets recovery and client
+// retries finish, and checks the invariants.
+size_t g_resumed = 0;  // transactions recovery resumed, over all crash runs
+
+uint64_t CrashRun(uint64_t crash_at, size_t keep) {
+  Harness h(3);
+  h.rejects.insert("p2");
+  bool crash_now = false;
+  h.observer.on_effect = [&] {
+    if (crash_at > 0 && h.observer.effects == crash_at) crash_now = true;
+  };
+  std::vector<core::SubmitSpec> specs = {h.Spec("c1", 2), h.Spec("c2", 3),
+                                         h.Spec("c3", 2)};
+  std::vector<Result> results;
+  for (auto& s : specs) results.push_back(h.Submit(s));
+  // Decisions anyone was told of before the crash.
+  std::map<std::string, Decision> told;
+  auto note = [&] {
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (results[i]->has_value() && results[i]->value().ok()) {
+        told[specs[i].gid] = results[i]->value()->transaction.decision;
+      }
+    }
+  };
+  auto all_done = [&] {
+    for (auto& r : results) {
+      if (!r->has_value()) return false;
+    }
+    return true;
+  };
+  while (!all_done() && !crash_now) {
+    if (!h.loop.StepOnce(h.clock.MonotonicMs() + 600'000)) break;
+  }
+  note();
+  if (!crash_now) {
+    REQUIRE(all_done());
+    return h.observer.effects;
+  }
+  h.Crash(keep);
+  // Clients retry every request that was not answered (same gid, content).
+  for (size_t i = 0; i < results.size(); ++i) {
+    if (!results[i]->has_value() || !results[i]->value().ok()) {
+      results[i] = h.Submit(specs[i]);
+    }
+  }
+  REQUIRE(h.Run(all_done));
+  // And everything recovery resumed finishes too.
+  REQUIRE(h.Run([&] {
+    for (auto& s : specs) {
+      auto t = h.log.Read(s.gid);
+      if (!t.ok() || !wal::IsFinal(t->summary.state)) return false;
+    }
+    return true;
+  }));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    INFO("crash at effect " << crash_at << " keep " << keep << " gid "
+                            << specs[i].gid);
+    REQUIRE(results[i]->value().ok());
+    const auto& v = results[i]->value()->transaction;
+    CHECK(wal::IsFinal(v.state));
+    CHECK(v.state == (i == 1 ? TxnState::kCancelled : TxnState::kConfirmed));
+    if (told.count(specs[i].gid)) CHECK(told[specs[i].gid] == v.decision);
+  }
+  h.CheckInvariants();
+  g_resumed += h.observer.recovered;
+  return h.observer.effects;
+}
+
+TEST_CASE(
+    "crash at every effect, then recovery finishes every transaction "
+    "with the invariants intact",
+    "[driver][crash]") {
+  const uint64_t effects = CrashRun(0, 0);
+  REQUIRE(effects > 20);
+  int runs = 0;
+  for (uint64_t k = 1; k <= effects; ++k) {
+    for (size_t keep : {size_t{0}, size_t{1}, size_t{1000}}) {
+      CrashRun(k, keep);
+      ++runs;
+    }
+  }
+  CHECK(runs == static_cast<int>(effects * 3));
+  CHECK(g_resumed > effects);  // recovery really resumed transactions
+  WARN("effects per run " << effects << ", resumed " << g_resumed);
+}
+
+TEST_CASE(
+    "requests older than the deduplication horizon, and unknown "
+    "participants, are refused",
+    "[driver]") {
+  DriverOptions o;
+  o.participant_known = [](const std::string& p) { return p != "p9"; };
+  Harness h(2, o);
+  Result r = h.Submit(h.Spec("g1", 2));
+  REQUIRE(h.Wait(r));
+  REQUIRE(h.log.RunRetention(h.clock.WallMs() + 30LL * 24 * 3600 * 1000).ok());
+  REQUIRE(h.log.DedupHorizonMs() > 0);  // g1 was forgotten
+  core::SubmitSpec retry = h.Spec("g1", 2);
+  retry.created_at_ms = h.log.DedupHorizonMs() - 1;
+  Result old = h.Submit(retry);
+  REQUIRE(h.Wait(old));
+  CHECK(old->value().status().code() == absl::StatusCode::kFailedPrecondition);
+  core::SubmitSpec bad = h.Spec("g3", 1);
+  bad.created_at_ms = h.log.DedupHorizonMs() + 1;
+  bad.branches[0].participant = "p9";
+  Result unknown = h.Submit(bad);
+  REQUIRE(h.Wait(unknown));
+  CHECK(unknown->value().status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE(
+    "the simulated transport catches a decision acted on before it is "
+    "durable",
+    "[driver]") {
+  DriverOptions o;
+  o.core.breakers.act_before_decision_durable = true;
+  Harness h(2, o);
+  Result r = h.Submit(h.Spec("g1", 2));
+  REQUIRE(h.Wait(r));
+  CHECK_FALSE(h.transport.violations().empty());
+}
+
+}  // namespace
+}  // namespace tcc::runtime
