@@ -14,7 +14,7 @@ TEST_CASE("short seeds keep every invariant", "[sim]") {
   options.short_run = true;
   SearchBudget budget;
   budget.first_seed = 1;
-  budget.seeds = 2000;
+  budget.seeds = 5000;
   const SearchSummary s = Search(options, budget);
   INFO((s.failure ? DescribeFailure(*s.failure, options) : "no failure"));
   REQUIRE(s.violations == 0);
@@ -24,6 +24,18 @@ TEST_CASE("short seeds keep every invariant", "[sim]") {
   CHECK(s.crashes > s.seeds);
   CHECK(s.confirmed > s.transactions / 10);
   CHECK(s.confirmed < s.transactions * 9 / 10);
+  WARN(s.Line() << " (" << s.seconds << " s)");
+}
+
+TEST_CASE("full-size seeds keep every invariant", "[sim]") {
+  SimOptions options;  // 8-40 transfers over up to 30 s of faults
+  SearchBudget budget;
+  budget.first_seed = 1'000'001;
+  budget.seeds = 300;
+  const SearchSummary s = Search(options, budget);
+  INFO((s.failure ? DescribeFailure(*s.failure, options) : "no failure"));
+  REQUIRE(s.violations == 0);
+  CHECK(s.seeds == budget.seeds);
   WARN(s.Line() << " (" << s.seconds << " s)");
 }
 

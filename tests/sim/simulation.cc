@@ -136,6 +136,7 @@ class Simulation {
   void CrashTccd();
   void StartTccd();
   void Submit(int t);
+  void SubmitConflict(int t);
   void OnAnswer(int t, uint64_t incarnation,
                 absl::StatusOr<runtime::DriverReply> reply);
   void NoteDecision(const std::string& gid, wal::Decision d, const char* how);
@@ -500,6 +501,31 @@ void Simulation::Submit(int t) {
                   });
 }
 
+// The same gid with other content, after the first was accepted: refused
+// (ALREADY_EXISTS), and nothing of it may run (section 13.6).
+void Simulation::SubmitConflict(int t) {
+  if (!driver_) return;
+  ++faults_;
+  core::SubmitSpec spec = transfers_[t].spec;
+  spec.branches.back().payload += "0";  // another amount: other content
+  const uint64_t inc = incarnation_;
+  const std::string gid = spec.gid;
+  driver_->Submit(std::move(spec), [this, inc, gid](
+                                       absl::StatusOr<runtime::DriverReply> r) {
+    if (inc != incarnation_) return;
+    Trace("conflicting submit of ", gid, ": ",
+          r.ok() ? std::string("accepted") : r.status().ToString());
+    if (r.ok()) {
+      Violation(
+          absl::StrCat("conflict: ", gid, " with other content was accepted"));
+    } else if (r.status().code() != absl::StatusCode::kAlreadyExists &&
+               r.status().code() != absl::StatusCode::kUnavailable) {
+      Violation(absl::StrCat("conflict: ", gid, " with other content got ",
+                             r.status().ToString()));
+    }
+  });
+}
+
 void Simulation::OnAnswer(int t, uint64_t inc,
                           absl::StatusOr<runtime::DriverReply> reply) {
   if (inc != incarnation_) return;  // that client connection is gone
@@ -509,6 +535,9 @@ void Simulation::OnAnswer(int t, uint64_t inc,
     p.answered = true;
     if (reply->transaction.decision != wal::Decision::kNone) {
       NoteDecision(p.spec.gid, reply->transaction.decision, "told");
+    }
+    if (faults_on_ && Draw(params_.conflicting_submits)) {
+      At(Uniform(0, 2000), [this, t] { SubmitConflict(t); });
     }
     return;
   }
@@ -872,6 +901,7 @@ SimParams DrawParams(uint64_t seed, const SimOptions& options) {
     p.max_wall_jump_ms = integer(1, 10'000);
   }
   if (on()) p.max_initial_bank_offset_ms = integer(0, 3000);
+  if (on()) p.conflicting_submits = uniform(0, 0.3);
   return p;
 }
 

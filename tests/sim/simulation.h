@@ -74,6 +74,8 @@ struct SimParams {
   double wall_jumps_per_s = 0;  // tccd and each bank
   int64_t max_wall_jump_ms = 0;
   int64_t max_initial_bank_offset_ms = 0;
+  // Clients: after an answer, the same gid with other content (per answer).
+  double conflicting_submits = 0;
 
   std::string Describe() const;
 };
