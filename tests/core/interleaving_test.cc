@@ -33,7 +33,11 @@ TEST_CASE("two branches, both Trys succeed: every interleaving completes",
   ModelConfig c = Config(2, {false, false});
   c.timeouts_per_branch = 1;
   c.dups_allowed = 1;
+  c.query_faults_per_branch = 0;
+  ExpectClean(c);
+  // Lagging replicas too (timeouts on one branch).
   c.query_faults_per_branch = 1;
+  c.timeout_branches = 1;
   ExpectClean(c);
 }
 
@@ -74,6 +78,33 @@ TEST_CASE("three branches to 12 events deep", "[interleaving]") {
   c.timeouts_per_branch = 1;
   c.timeout_branches = 1;
   c.dups_allowed = 0;
+  ExpectClean(c);
+}
+
+TEST_CASE(
+    "a coordinator crash anywhere, then recovery: every interleaving "
+    "completes",
+    "[interleaving][crash]") {
+  for (auto rejects :
+       {std::vector<bool>{false, false}, std::vector<bool>{false, true}}) {
+    ModelConfig c = Config(2, rejects);
+    c.crashes = 1;
+    c.timeouts_per_branch = 1;
+    c.timeout_branches = 1;
+    c.dups_allowed = 0;
+    c.query_faults_per_branch = 0;
+    ExpectClean(c);
+  }
+}
+
+TEST_CASE("approval gate: approval or its deadline, in every interleaving",
+          "[interleaving]") {
+  ModelConfig c = Config(2, {false, false});
+  c.approval_gate = true;
+  c.dups_allowed = 0;
+  c.query_faults_per_branch = 0;
+  c.crashes = 1;
+  c.timeout_branches = 1;
   ExpectClean(c);
 }
 

@@ -280,11 +280,15 @@ const std::vector<EventCase>& Events() {
          e.query_id = 999;
          return e;
        }},
-      {"try-deadline timer early", "NIIIIIIIII",
+      {"try-deadline timer early (re-armed)", "NAAIIIIIIA",
        [](const Txn&) -> Event { return DeadlineEvent{DeadlineKind::kTry}; }},
       {"try-deadline passed", "NAAIIIIIIA",
        [](const Txn&) -> Event { return DeadlineEvent{DeadlineKind::kTry}; },
        kNow + 10 * kTimeout},
+      {"approval deadline timer early (re-armed)", "NIIAIIIIII",
+       [](const Txn&) -> Event {
+         return DeadlineEvent{DeadlineKind::kApproval};
+       }},
       {"approval deadline passed", "NIIAIIIIII",
        [](const Txn&) -> Event {
          return DeadlineEvent{DeadlineKind::kApproval};
@@ -354,7 +358,7 @@ TEST_CASE("every (state, event) pair: legal applied, illegal refused",
       }
     }
   }
-  CHECK(pairs == 220);
+  CHECK(pairs == 230);
 }
 
 // ---------------------------------------------------------------- behaviours
@@ -642,6 +646,23 @@ TEST_CASE("duplicate Submit gets the first answer; other content refused",
   StepResult r = Step(t, Submit({Branch("a", "other")}), kNow);
   CHECK(r.status.code() == absl::StatusCode::kAlreadyExists);
   CHECK(Snapshot(t) == before);
+}
+
+TEST_CASE("invalid requests are refused, nothing created", "[machine]") {
+  Txn t;
+  SubmitEvent e = Submit({Branch("a"), Branch("a")});
+  CHECK(Step(t, e, kNow).status.code() == absl::StatusCode::kInvalidArgument);
+  e = Submit({});
+  CHECK(Step(t, e, kNow).status.code() == absl::StatusCode::kInvalidArgument);
+  e = Submit({Branch("bad id!")});
+  CHECK(Step(t, e, kNow).status.code() == absl::StatusCode::kInvalidArgument);
+  e = Submit({Branch("a")});
+  e.spec.try_timeout_ms = 100LL * 24 * 3600 * 1000;
+  CHECK(Step(t, e, kNow).status.code() == absl::StatusCode::kInvalidArgument);
+  BeginEvent b = Begin();
+  b.spec.gid = "";
+  CHECK(Step(t, b, kNow).status.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_FALSE(t.exists);
 }
 
 TEST_CASE("approval gate: approval confirms, its deadline cancels",

@@ -162,6 +162,10 @@ std::string Fingerprint(const World& w) {
   Put(s, static_cast<uint64_t>(w.interactive_step));
   for (bool r : w.registered_durable) s.push_back(r ? '1' : '0');
   Put(s, static_cast<uint64_t>(w.decided_durable));
+  Put(s, w.log.size() | (uint64_t{w.durable_len} << 20) |
+             (uint64_t{w.decision_acted} << 40) |
+             (static_cast<uint64_t>(w.crashes_left) << 41) |
+             (static_cast<uint64_t>(w.first_decision) << 45) | (w.epoch << 48));
   return s;
 }
 
@@ -183,6 +187,7 @@ class Explorer {
           static_cast<uint8_t>(c_.timeouts_per_branch);
     }
     w.query_faults_left.assign(c_.branches, c_.query_faults_per_branch);
+    w.crashes_left = c_.crashes;
     if (c_.interactive) {
       ClientStep(w);
     } else {
@@ -192,6 +197,7 @@ class Explorer {
       e.spec.created_at_ms = 1;
       e.spec.try_timeout_ms = kDeadline;
       e.spec.wait_for = WaitFor::kFinished;
+      e.spec.approval_gate = c_.approval_gate;
       for (int i = 0; i < c_.branches; ++i) {
         e.spec.branches.push_back(MakeBranch(i));
       }
@@ -256,7 +262,9 @@ class Explorer {
 
   void Handle(World& w, Effect& eff) {
     if (auto* p = std::get_if<PersistEffect>(&eff)) {
+      for (const auto& rec : p->records) w.log.push_back(rec);
       if (p->durability != wal::Durability::kDurable) return;
+      w.pending_log_len.push_back(w.log.size());
       std::vector<std::string> regs;
       Decision dec = Decision::kNone;
       for (const auto& rec : p->records) {
@@ -285,6 +293,7 @@ class Explorer {
         if (w.decided_durable != need) {
           Fail("write-ahead: phase 2 sent before the decision was durable");
         }
+        w.decision_acted = true;
       }
       Msg m;
       m.kind = Msg::Kind::kCallReq;
@@ -315,6 +324,7 @@ class Explorer {
     if (auto* a = std::get_if<AnswerEffect>(&eff)) {
       --w.requests_unanswered;
       TransactionView v = MakeView(w.txn);
+      if (v.decision != Decision::kNone) w.decision_acted = true;
       if (v.decision != Decision::kNone && w.decided_durable != v.decision) {
         Fail("a caller was told of a decision before it was durable");
       }
@@ -475,6 +485,53 @@ class Explorer {
     }
   }
 
+  void Crash(World& w, bool keep_all) {
+    --w.crashes_left;
+    path_.push_back(std::string("CRASH, the log keeps ") +
+                    (keep_all ? "everything written" : "its durable prefix"));
+    w.log.resize(keep_all ? w.log.size() : w.durable_len);
+    w.durable_len = w.log.size();
+    if (!w.decision_acted && w.decided_durable == Decision::kNone) {
+      w.first_decision = Decision::kNone;  // nobody heard of it: may change
+    }
+    w.outstanding.clear();
+    std::erase_if(w.net, [](const Msg& m) {
+      return m.kind == Msg::Kind::kCallRep || m.kind == Msg::Kind::kQueryRep;
+    });
+    for (auto& m : w.net) m.orphan = true;
+    w.retry_timers.clear();
+    w.pending_durable.clear();
+    w.pending_registers.clear();
+    w.pending_decides.clear();
+    w.pending_log_len.clear();
+    w.deadline_armed = false;
+    w.requests_unanswered = 0;
+    w.registered_durable.assign(c_.branches, false);
+    w.decided_durable = Decision::kNone;
+    w.txn = Txn{};
+    for (const auto& rec : w.log) {
+      if (auto* reg = std::get_if<wal::Registered>(&rec)) {
+        for (const auto& b : reg->branches) {
+          w.registered_durable[std::stoi(b.branch_id.substr(1))] = true;
+        }
+      } else if (auto* d = std::get_if<wal::Decided>(&rec)) {
+        w.decided_durable = d->decision;
+      }
+      StepResult r = Step(w.txn, ReplayEvent{&rec}, w.now, c_.options);
+      if (!r.status.ok()) {
+        Fail("replay refused a record: " + std::string(r.status.message()));
+        return;
+      }
+    }
+    ++w.epoch;
+    if (!w.txn.exists) {
+      Fail("crash explored without a Registered record");
+      return;
+    }
+    if (wal::IsFinal(w.txn.state)) return;
+    Apply(w, ResumeEvent{w.epoch}, "resume, epoch " + std::to_string(w.epoch));
+  }
+
   // Enumerates the choices from `w`; each returns the next world.
   void Dfs(World& w, int depth) {
     if (!stats_.violation.empty()) return;
@@ -516,6 +573,8 @@ class Explorer {
         if (n.pending_decides.front() != Decision::kNone) {
           n.decided_durable = n.pending_decides.front();
         }
+        n.durable_len = std::max(n.durable_len, n.pending_log_len.front());
+        n.pending_log_len.erase(n.pending_log_len.begin());
         n.pending_durable.erase(n.pending_durable.begin());
         n.pending_registers.erase(n.pending_registers.begin());
         n.pending_decides.erase(n.pending_decides.begin());
@@ -610,6 +669,26 @@ class Explorer {
         Apply(n, RetryDueEvent{b}, "retry timer b" + std::to_string(b));
       });
     }
+    // The approval gate: an operator approves, or its deadline passes.
+    if (c_.approval_gate && w.txn.state == TxnState::kAwaitingApproval &&
+        w.txn.decision == Decision::kNone) {
+      if (!w.approval_asked) {
+        branch_out([&](World& n) {
+          n.approval_asked = true;
+          ++n.requests_unanswered;
+          Apply(n, GateApproveEvent{n.next_request++, "ap1"},
+                "operator approves");
+        });
+      }
+      if (!w.approval_deadline_fired) {
+        branch_out([&](World& n) {
+          n.approval_deadline_fired = true;
+          n.now = std::max(n.now, n.txn.approval_deadline_ms);
+          Apply(n, DeadlineEvent{DeadlineKind::kApproval},
+                "approval deadline passes");
+        });
+      }
+    }
     // The try-deadline passes (time jumps past it, once).
     if (c_.allow_deadline && w.deadline_armed && !w.deadline_fired) {
       branch_out([&](World& n) {
@@ -617,6 +696,20 @@ class Explorer {
         n.now = kDeadline + 2;
         Apply(n, DeadlineEvent{DeadlineKind::kTry}, "try-deadline passes");
       });
+    }
+    // The coordinator crashes: memory, timers and calls in flight are lost;
+    // the WAL keeps its durable prefix (or everything written); requests in
+    // the network may still reach participants. Recovery replays and
+    // resumes.
+    if (w.crashes_left > 0 && w.txn.exists && !wal::IsFinal(w.txn.state)) {
+      for (int keep_all = 0; keep_all < 2; ++keep_all) {
+        // (Only once Registered is kept: before that, nothing was sent and
+        // the client's retry starts over.)
+        if (keep_all ? w.log.size() == w.durable_len : w.durable_len == 0) {
+          continue;
+        }
+        branch_out([&, keep_all](World& n) { Crash(n, keep_all != 0); });
+      }
     }
     if (!any) {
       ++stats_.leaves;

@@ -87,7 +87,9 @@ struct ModelConfig {
   int query_faults_per_branch = 1;  // non-authoritative answers per branch
   int dups_allowed = 1;             // each reply duplicated at most once
   bool allow_deadline = true;
-  int max_depth = 0;  // 0: run to completion
+  int max_depth = 0;           // 0: run to completion
+  int crashes = 0;             // coordinator crashes allowed (then recovery)
+  bool approval_gate = false;  // an operator approves, or its deadline passes
   Options options;
 };
 
@@ -112,6 +114,15 @@ struct World {
   int requests_unanswered = 0;
   uint32_t next_request = 1;
   int interactive_step = 0;  // interactive script progress
+  // The WAL: every record written, and how many of them are durable.
+  std::vector<wal::Record> log;
+  size_t durable_len = 0;
+  std::vector<size_t> pending_log_len;  // per pending durable persist
+  bool decision_acted = false;  // a phase-2 call left, or a caller was told
+  int crashes_left = 0;
+  bool approval_asked = false;
+  bool approval_deadline_fired = false;
+  uint64_t epoch = 1;
 };
 
 struct ExploreStats {

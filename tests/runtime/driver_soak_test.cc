@@ -10,6 +10,9 @@
 
 #include "runtime/driver.h"
 #include "runtime/sim/sim_environment.h"
+#include "tcc/barrier/barrier.h"
+#include "tcc/barrier/memory_store.h"
+#include "tcc/clock/clock.h"
 #include "tcc/wal/memory_log.h"
 
 namespace tcc::runtime {
@@ -20,6 +23,134 @@ struct CountingObserver : DriverObserver {
   void OnEffect(const std::string&, const core::Effect&) override { ++effects; }
 };
 
+// A participant the soak can check: the test model's barrier, or the SDK's
+// real one (tcc::barrier::Barrier over its in-memory store), which is how
+// issue 7's simulation plugs the real barrier behind SimParticipant.
+class CheckedParticipant : public sim::SimParticipant {
+ public:
+  virtual bool Confirmed(const std::string& gid, int64_t created_at,
+                         const std::string& branch_id) = 0;
+  virtual int Held() = 0;
+  virtual int ExactlyOnceViolations() = 0;
+};
+
+bool Accepts(const std::string& payload) {
+  return payload.find("reject") == std::string::npos;
+}
+
+class ModelBarrier final : public CheckedParticipant {
+ public:
+  absl::StatusOr<BranchAnswer> OnCall(const BranchCall& c,
+                                      int64_t now) override {
+    return p_.OnCall(c, now);
+  }
+  absl::StatusOr<QueryAnswer> OnQuery(const QueryCall& q,
+                                      int64_t now) override {
+    return p_.OnQuery(q, now);
+  }
+  bool Confirmed(const std::string& gid, int64_t created_at,
+                 const std::string& branch_id) override {
+    auto it = p_.records().find({gid, created_at, branch_id});
+    return it != p_.records().end() &&
+           it->second.phase2 == core::BarrierState::kConfirmed;
+  }
+  int Held() override { return p_.Held(); }
+  int ExactlyOnceViolations() override { return p_.ExactlyOnceViolations(); }
+
+ private:
+  sim::BarrierParticipant p_{
+      [](const BranchCall& c) { return Accepts(c.spec->payload); }};
+};
+
+class SdkBarrier final : public CheckedParticipant {
+ public:
+  absl::StatusOr<BranchAnswer> OnCall(const BranchCall& c,
+                                      int64_t now) override {
+    clock_.Set(now);
+    barrier::BranchCall call;
+    call.key = {c.gid, c.created_at_ms, c.spec->branch_id};
+    call.action = c.spec->action;
+    call.payload = c.spec->payload;
+    call.branch_hash = identity::ToBytes(c.spec->branch_hash);
+    call.revision = c.revision;
+    call.attempt = c.attempt;
+    call.owner_epoch = c.owner_epoch;
+    call.try_deadline_ms = c.try_deadline_ms;
+    keys_.insert(call.key);
+    auto& runs = runs_[call.key];
+    absl::StatusOr<barrier::BarrierAnswer> a;
+    switch (c.phase) {
+      case wal::Phase::kTry:
+        a = barrier_.Try(call,
+                         [&](const barrier::HandlerContext& ctx)
+                             -> absl::StatusOr<barrier::TryVerdict> {
+                           ++runs[0];
+                           if (!Accepts(ctx.call.payload)) {
+                             return barrier::TryVerdict::Refuse("refused");
+                           }
+                           return barrier::TryVerdict::Reserve();
+                         });
+        break;
+      case wal::Phase::kConfirm:
+        a = barrier_.Confirm(call, [&](const barrier::HandlerContext&) {
+          ++runs[1];
+          return absl::OkStatus();
+        });
+        break;
+      case wal::Phase::kCancel:
+        a = barrier_.Cancel(call, [&](const barrier::HandlerContext&) {
+          ++runs[2];
+          return absl::OkStatus();
+        });
+        break;
+    }
+    if (!a.ok()) return a.status();
+    return BranchAnswer{static_cast<wal::Outcome>(a->outcome), a->replayed,
+                        a->message};
+  }
+  absl::StatusOr<QueryAnswer> OnQuery(const QueryCall& q,
+                                      int64_t now) override {
+    clock_.Set(now);
+    auto a = barrier_.Query({q.gid, q.created_at_ms, q.branch_id});
+    if (!a.ok()) return a.status();
+    QueryAnswer out;
+    out.state = static_cast<core::BarrierState>(a->state);
+    if (a->branch_hash.size() == out.branch_hash.size()) {
+      std::copy(a->branch_hash.begin(), a->branch_hash.end(),
+                out.branch_hash.begin());
+    }
+    out.authoritative = a->authoritative;
+    return out;
+  }
+  bool Confirmed(const std::string& gid, int64_t created_at,
+                 const std::string& branch_id) override {
+    auto a = barrier_.Query({gid, created_at, branch_id});
+    return a.ok() && a->state == barrier::BarrierState::kConfirmed;
+  }
+  int Held() override {
+    int n = 0;
+    for (const auto& k : keys_) {
+      auto a = barrier_.Query(k);
+      n += a.ok() && a->state == barrier::BarrierState::kTried;
+    }
+    return n;
+  }
+  int ExactlyOnceViolations() override {
+    int n = 0;
+    for (const auto& [k, r] : runs_) {
+      n += r[0] > 1 || r[1] > 1 || r[2] > 1 || (r[1] > 0 && r[2] > 0);
+    }
+    return n;
+  }
+
+ private:
+  barrier::MemoryBarrierStore store_;
+  clock::ManualClock clock_;
+  barrier::Barrier barrier_{store_, clock_, {0, 7LL * 24 * 3600 * 1000}};
+  std::set<barrier::BranchKey> keys_;
+  std::map<barrier::BranchKey, std::array<int, 3>> runs_;
+};
+
 struct SeedResult {
   std::string failure;  // empty when every invariant held
   int crashes = 0;
@@ -27,7 +158,8 @@ struct SeedResult {
   int cancelled = 0;
 };
 
-SeedResult RunSeed(uint64_t seed, core::RuleBreakers breakers = {}) {
+SeedResult RunSeed(uint64_t seed, core::RuleBreakers breakers = {},
+                   bool sdk_barrier = false) {
   SeedResult out;
   std::mt19937_64 rng(seed);
   auto uniform = [&](double a, double b) {
@@ -38,14 +170,15 @@ SeedResult RunSeed(uint64_t seed, core::RuleBreakers breakers = {}) {
   wal::MemoryLog log(wal::MemoryLogOptions{false, {}});
   sim::SimTransport transport(clock, seed * 7919 + 1);
   transport.CheckWriteAhead(&log);
-  std::map<std::string, std::unique_ptr<sim::BarrierParticipant>> parts;
+  std::map<std::string, std::unique_ptr<CheckedParticipant>> parts;
   const int n_parts = 3;
   for (int i = 0; i < n_parts; ++i) {
     const std::string name = "p" + std::to_string(i);
-    parts[name] =
-        std::make_unique<sim::BarrierParticipant>([](const BranchCall& c) {
-          return c.spec->payload.find("reject") == std::string::npos;
-        });
+    if (sdk_barrier) {
+      parts[name] = std::make_unique<SdkBarrier>();
+    } else {
+      parts[name] = std::make_unique<ModelBarrier>();
+    }
     transport.Add(name, parts[name].get());
   }
   // Faults drawn per seed (swarm testing).
@@ -132,7 +265,16 @@ SeedResult RunSeed(uint64_t seed, core::RuleBreakers breakers = {}) {
   std::sort(crash_at.begin(), crash_at.end());
   const int64_t faulty_until = clock.MonotonicMs() + 20'000;
   size_t next_crash = 0;
+  // The wall clock steps once, forward or back (NTP, an operator).
+  const int64_t jump_at =
+      clock.MonotonicMs() + static_cast<int64_t>(uniform(0, 5000));
+  const int64_t jump_by = static_cast<int64_t>(uniform(-3000, 3000));
+  bool jumped = false;
   while (clock.MonotonicMs() < faulty_until) {
+    if (!jumped && clock.MonotonicMs() >= jump_at) {
+      jumped = true;
+      clock.JumpWall(jump_by);
+    }
     if (next_crash < crash_at.size() &&
         observer.effects >= crash_at[next_crash]) {
       ++next_crash;
@@ -140,7 +282,8 @@ SeedResult RunSeed(uint64_t seed, core::RuleBreakers breakers = {}) {
       note_told();
       driver.reset();
       exec.Clear();
-      clock.Clear();
+      // The network keeps delivering what was in flight: late requests still
+      // reach participants; replies find no one (the driver is gone).
       log.Crash(static_cast<size_t>(
           uniform(0, static_cast<double>(log.Unsynced()) + 1)));
       start();
@@ -196,11 +339,8 @@ SeedResult RunSeed(uint64_t seed, core::RuleBreakers breakers = {}) {
     }
     // Atomicity: every branch's barrier agrees with the final state.
     for (const auto& b : specs[t].branches) {
-      const auto& recs = parts[b.participant]->records();
-      auto it = recs.find({specs[t].gid, specs[t].created_at_ms, b.branch_id});
-      const bool branch_confirmed =
-          it != recs.end() &&
-          it->second.phase2 == core::BarrierState::kConfirmed;
+      const bool branch_confirmed = parts[b.participant]->Confirmed(
+          specs[t].gid, specs[t].created_at_ms, b.branch_id);
       if (branch_confirmed != confirmed) {
         out.failure = specs[t].gid + "/" + b.branch_id + " breaks atomicity";
         return out;
@@ -215,8 +355,10 @@ SeedResult RunSeed(uint64_t seed, core::RuleBreakers breakers = {}) {
   return out;
 }
 
-TEST_CASE("soak: lossy links, duplicates, reordering and crashes, per seed",
-          "[driver][soak]") {
+TEST_CASE(
+    "soak: lossy links, duplicates, reordering, wall-clock steps and "
+    "crashes, per seed",
+    "[driver][soak]") {
   int crashes = 0, confirmed = 0, cancelled = 0;
   for (uint64_t seed = 1; seed <= 1000; ++seed) {
     SeedResult r = RunSeed(seed);
@@ -231,6 +373,20 @@ TEST_CASE("soak: lossy links, duplicates, reordering and crashes, per seed",
   CHECK(cancelled > 50);
   WARN("soak: crashes=" << crashes << " confirmed=" << confirmed
                         << " cancelled=" << cancelled);
+}
+
+TEST_CASE("soak against the SDK's real barrier (in-memory store)",
+          "[driver][soak]") {
+  int confirmed = 0, cancelled = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    SeedResult r = RunSeed(seed, {}, /*sdk_barrier=*/true);
+    INFO("seed " << seed);
+    REQUIRE(r.failure == "");
+    confirmed += r.confirmed;
+    cancelled += r.cancelled;
+  }
+  CHECK(confirmed > 100);
+  CHECK(cancelled > 50);
 }
 
 // The soak has teeth: each of the core's rule breakers is caught within a few

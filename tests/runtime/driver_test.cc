@@ -71,12 +71,14 @@ struct Harness {
     REQUIRE(driver->Start().ok());
   }
 
-  // The process dies: memory, queued tasks, timers and calls in flight are
-  // gone; the log keeps what was synced plus `keep` unsynced appends.
+  // The process dies: its memory, queued tasks and timers are gone (its
+  // timers and callbacks no longer reach anything); the log keeps what was
+  // synced plus `keep` unsynced appends.
   void Crash(size_t keep) {
     driver.reset();
     exec.Clear();
-    clock.Clear();
+    // The network keeps delivering what was in flight: late requests still
+    // reach participants; replies find no one (the driver is gone).
     log.Crash(keep);
     StartDriver();
   }

@@ -84,6 +84,21 @@ absl::Status ValidateBranch(const BranchSpec& b, const Options& o) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateTimeouts(int64_t try_timeout, int64_t approval_timeout,
+                              const Options& o) {
+  if (try_timeout < 0 || try_timeout > o.max_try_timeout_ms) {
+    return absl::InvalidArgumentError(absl::StrCat("try timeout ", try_timeout,
+                                                   " ms is outside [0, ",
+                                                   o.max_try_timeout_ms, "]"));
+  }
+  if (approval_timeout < 0 || approval_timeout > o.max_approval_timeout_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("approval timeout ", approval_timeout,
+                     " ms is outside [0, ", o.max_approval_timeout_ms, "]"));
+  }
+  return absl::OkStatus();
+}
+
 Hash HashOfBranch(uint64_t revision, const BranchSpec& b) {
   return identity::BranchHash(revision, b.participant, b.action, b.payload);
 }
@@ -535,6 +550,10 @@ absl::Status Stepper::On(const SubmitEvent& e) {
     return absl::OkStatus();
   }
   if (auto st = identity::ValidateGid(s.gid); !st.ok()) return st;
+  if (auto st = ValidateTimeouts(s.try_timeout_ms, s.approval_timeout_ms, o_);
+      !st.ok()) {
+    return st;
+  }
   if (s.branches.empty() || s.branches.size() > o_.max_branches) {
     return absl::InvalidArgumentError(
         absl::StrCat("a transaction has 1 to ", o_.max_branches,
@@ -589,6 +608,10 @@ absl::Status Stepper::On(const BeginEvent& e) {
     return absl::OkStatus();
   }
   if (auto st = identity::ValidateGid(s.gid); !st.ok()) return st;
+  if (auto st = ValidateTimeouts(s.timeout_ms, s.approval_timeout_ms, o_);
+      !st.ok()) {
+    return st;
+  }
   wal::Registered reg;
   reg.gid = s.gid;
   reg.created_at_ms = s.created_at_ms;
@@ -938,14 +961,28 @@ absl::Status Stepper::On(const RetryDueEvent& e) {
 }
 
 absl::Status Stepper::On(const DeadlineEvent& e) {
+  // A timer that fires before the wall-clock deadline (the wall clock was
+  // set back) is armed again: deadlines are wall-clock facts.
   if (e.kind == DeadlineKind::kTry) {
+    if (t_.decision == Decision::kNone && t_.registered_durable &&
+        (t_.state == TxnState::kOpen || t_.state == TxnState::kTrying) &&
+        now_ < t_.try_deadline_ms) {
+      effects_.push_back(
+          ArmDeadlineEffect{DeadlineKind::kTry, t_.try_deadline_ms});
+      return absl::OkStatus();
+    }
     TryDeadlinePassed();
     return absl::OkStatus();
   }
   if (t_.state == TxnState::kAwaitingApproval &&
-      t_.decision == Decision::kNone && now_ >= t_.approval_deadline_ms) {
-    Decide(Decision::kCancel, DecisionCause::kDeadline,
-           "approval deadline passed");
+      t_.decision == Decision::kNone) {
+    if (now_ >= t_.approval_deadline_ms) {
+      Decide(Decision::kCancel, DecisionCause::kDeadline,
+             "approval deadline passed");
+    } else {
+      effects_.push_back(
+          ArmDeadlineEffect{DeadlineKind::kApproval, t_.approval_deadline_ms});
+    }
   }
   return absl::OkStatus();
 }

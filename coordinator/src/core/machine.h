@@ -125,6 +125,9 @@ struct RuleBreakers {
 struct Options {
   int64_t default_try_timeout_ms = 10'000;
   int64_t default_approval_timeout_ms = 60'000;
+  // Longer requested timeouts are refused (INVALID_ARGUMENT).
+  int64_t max_try_timeout_ms = 10 * 60'000;
+  int64_t max_approval_timeout_ms = 24LL * 3600'000;
   size_t max_branches = 64;
   size_t max_payload_bytes = 64 * 1024;
   // Phase-2 failures of one branch before it is flagged STUCK.

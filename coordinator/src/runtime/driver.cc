@@ -301,6 +301,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         core::Step(o->txn, event, clock_.WallMs(), options_.core);
     if (!r.status.ok()) return r.status;
     for (auto& eff : r.effects) Run(s, gid, *o, eff);
+    if (!r.effects.empty()) observer_->OnStepped(gid, o->txn);
     MaybeEvict(s, gid);
     return absl::OkStatus();
   }

@@ -55,7 +55,9 @@ struct DriverReply {
 using ReplyDone = std::function<void(absl::StatusOr<DriverReply>)>;
 
 // Hooks for metrics and log lines (the daemon logs with spdlog; the core and
-// the driver never log). Called on shard executors; must not block.
+// the driver never log). Called on shard executors, so concurrently when
+// shards run in parallel (implementations must be thread-safe); must not
+// block.
 class DriverObserver {
  public:
   virtual ~DriverObserver() = default;
@@ -75,6 +77,11 @@ class DriverObserver {
   virtual void OnEffect(const std::string& /*gid*/,
                         const core::Effect& /*effect*/) {}
   virtual void OnRecovered(size_t /*resumed*/) {}
+  // After every step that changed a transaction (for Watch streams: build
+  // core::MakeView(txn) only when someone watches `gid`). `txn` is valid
+  // during the call only.
+  virtual void OnStepped(const std::string& /*gid*/,
+                         const core::Txn& /*txn*/) {}
 };
 
 struct DriverOptions {

@@ -22,18 +22,17 @@ size_t DeterministicExecutor::RunAll() {
 
 TimerId SimClock::Schedule(int64_t delay_ms, std::function<void()> fn) {
   const TimerId id = next_id_++;
-  timers_.emplace(std::make_pair(mono_ + std::max<int64_t>(0, delay_ms), id),
-                  std::move(fn));
+  const int64_t due = mono_ + std::max<int64_t>(0, delay_ms);
+  timers_.emplace(std::make_pair(due, id), std::move(fn));
+  due_of_[id] = due;
   return id;
 }
 
 void SimClock::Cancel(TimerId id) {
-  for (auto it = timers_.begin(); it != timers_.end(); ++it) {
-    if (it->first.second == id) {
-      timers_.erase(it);
-      return;
-    }
-  }
+  auto it = due_of_.find(id);
+  if (it == due_of_.end()) return;
+  timers_.erase({it->second, id});
+  due_of_.erase(it);
 }
 
 std::optional<int64_t> SimClock::NextDue() const {
@@ -46,6 +45,7 @@ void SimClock::AdvanceTo(int64_t t) {
     auto it = timers_.begin();
     mono_ = std::max(mono_, it->first.first);
     auto fn = std::move(it->second);
+    due_of_.erase(it->first.second);
     timers_.erase(it);
     fn();
   }

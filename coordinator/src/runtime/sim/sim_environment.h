@@ -63,13 +63,17 @@ class SimClock final : public Clock {
   // sequence) order, each at its own time.
   void AdvanceTo(int64_t t);
   // Drops every timer (a crash of the process that armed them).
-  void Clear() { timers_.clear(); }
+  void Clear() {
+    timers_.clear();
+    due_of_.clear();
+  }
 
  private:
   int64_t mono_ = 0;
   int64_t wall_offset_;
   TimerId next_id_ = 1;
   std::map<std::pair<int64_t, TimerId>, std::function<void()>> timers_;
+  std::map<TimerId, int64_t> due_of_;  // for Cancel
 };
 
 // Drives executor, clock and (optionally) WAL syncs until a condition holds:
