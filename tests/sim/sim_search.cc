@@ -69,6 +69,7 @@ bool ApplyBreaker(const std::string& name, SimOptions& options) {
 std::string OptionFlags(const SimOptions& o) {
   std::string out;
   if (o.short_run) out += " --short";
+  if (o.slow_links_stay) out += " --slow-links-stay";
   if (o.breakers.skip_cancel_for_unconfirmed_try) {
     out += " --break skip-cancel-for-unconfirmed-try";
   }

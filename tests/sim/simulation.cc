@@ -120,7 +120,9 @@ class Simulation {
   }
   // One way. Slow, reordering links are a fault: a healthy link takes 1-5 ms.
   int64_t Latency() {
-    return Uniform(1, faults_on_ ? params_.max_latency_ms : kHealthyLatencyMs);
+    return Uniform(1, faults_on_ || options_.slow_links_stay
+                          ? params_.max_latency_ms
+                          : kHealthyLatencyMs);
   }
 
   // --- the world's event queue (network, clients, faults): survives tccd

@@ -40,6 +40,11 @@ struct SimOptions {
   bool barrier_skip_anti_hanging = false;
   // CI profile: fewer transactions and a shorter faulty phase.
   bool short_run = false;
+  // The liveness phase keeps the seed's slow links (latency up to
+  // max_latency_ms each way) instead of 1-5 ms: only loss, duplication,
+  // partitions, crashes and jumps stop. Shows that the driver's adaptive
+  // timeouts learn only from answered calls (see the README).
+  bool slow_links_stay = false;
   // Prints every call, answer, crash and fault to stderr (for replays).
   bool trace = false;
 };

@@ -9,6 +9,8 @@
 //   tcc-sim --minutes M [--first F]
 //   --short                     the CI profile (smaller seeds)
 //   --break NAME                turn a test-only rule breaker on (repeatable)
+//   --slow-links-stay           slow links stay slow in the liveness phase
+//   --trace                     every call, answer and crash to stderr
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -28,6 +30,9 @@ int main(int argc, char** argv) {
   app.add_option("--first", first, "first seed of a search");
   app.add_option("--minutes", minutes, "search for this long");
   app.add_flag("--short", short_run, "the CI profile: smaller seeds");
+  bool slow_links_stay = false;
+  app.add_flag("--slow-links-stay", slow_links_stay,
+               "keep the seed's link latency when the faults stop");
   app.add_option("--break", breakers, "a test-only rule breaker to turn on");
   app.add_flag("--trace", trace, "trace every event to stderr (one seed)");
   CLI11_PARSE(app, argc, argv);
@@ -35,6 +40,7 @@ int main(int argc, char** argv) {
   tcc::sim::SimOptions options;
   options.short_run = short_run;
   options.trace = trace;
+  options.slow_links_stay = slow_links_stay;
   for (const std::string& b : breakers) {
     if (!tcc::sim::ApplyBreaker(b, options)) {
       std::fprintf(stderr, "tcc-sim: unknown breaker '%s'\n", b.c_str());
