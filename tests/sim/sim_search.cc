@@ -70,6 +70,7 @@ std::string OptionFlags(const SimOptions& o) {
   std::string out;
   if (o.short_run) out += " --short";
   if (o.slow_links_stay) out += " --slow-links-stay";
+  if (!o.check_write_ahead) out += " --no-write-ahead-check";
   if (o.breakers.skip_cancel_for_unconfirmed_try) {
     out += " --break skip-cancel-for-unconfirmed-try";
   }

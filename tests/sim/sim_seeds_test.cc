@@ -31,7 +31,7 @@ TEST_CASE("full-size seeds keep every invariant", "[sim]") {
   SimOptions options;  // 8-40 transfers over up to 30 s of faults
   SearchBudget budget;
   budget.first_seed = 1'000'001;
-  budget.seeds = 300;
+  budget.seeds = 1000;
   const SearchSummary s = Search(options, budget);
   INFO((s.failure ? DescribeFailure(*s.failure, options) : "no failure"));
   REQUIRE(s.violations == 0);

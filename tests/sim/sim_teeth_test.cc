@@ -9,9 +9,10 @@
 namespace tcc::sim {
 namespace {
 
-void ExpectCaught(const std::string& breaker) {
+void ExpectCaught(const std::string& breaker, bool check_write_ahead = true) {
   SimOptions options;
   options.short_run = true;
+  options.check_write_ahead = check_write_ahead;
   REQUIRE(ApplyBreaker(breaker, options));
   SearchBudget budget;
   budget.seeds = 500;
@@ -29,6 +30,14 @@ TEST_CASE("teeth: anti-hanging assumption broken in the core", "[sim][teeth]") {
 
 TEST_CASE("teeth: decision acted on before it is durable", "[sim][teeth]") {
   ExpectCaught("act-before-decision-durable");
+}
+
+// Without the write-ahead check on calls, a decision acted on before it is
+// durable is still caught: a crash loses it (no lost decision, section
+// 13.3), or recovery decides the other way.
+TEST_CASE("teeth: decision acted on before durable, by its consequences",
+          "[sim][teeth]") {
+  ExpectCaught("act-before-decision-durable", /*check_write_ahead=*/false);
 }
 
 TEST_CASE("teeth: a replayed REJECTED taken as success", "[sim][teeth]") {

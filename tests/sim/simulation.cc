@@ -66,8 +66,14 @@ struct Pending {
   bool delivered = false;
 };
 
+// One client's transfer: a Submit, or (interactive) Begin, one Try per
+// branch, then Commit (or Rollback). `step` is the interactive client's next
+// request: 0 Begin, 1..n the Trys, n+1 Commit/Rollback.
 struct TransferPlan {
   core::SubmitSpec spec;
+  bool interactive = false;
+  bool rollback = false;
+  int step = 0;
   bool answered = false;
   uint64_t outstanding = 0;  // the incarnation a request waits in; 0: none
   bool final = false;
@@ -138,6 +144,9 @@ class Simulation {
   void CrashTccd();
   void StartTccd();
   void Submit(int t);
+  void Interactive(int t);
+  void OnInteractiveAnswer(int t, uint64_t incarnation, int step,
+                           absl::StatusOr<runtime::DriverReply> reply);
   void SubmitConflict(int t);
   void OnAnswer(int t, uint64_t incarnation,
                 absl::StatusOr<runtime::DriverReply> reply);
@@ -218,6 +227,7 @@ void Network::Query(const runtime::QueryCall& query, int64_t timeout_ms,
 // ------------------------------------------------------------- the network
 
 void Simulation::CheckWriteAhead(const runtime::BranchCall& call) {
+  if (!options_.check_write_ahead) return;
   const std::string& branch_id = call.spec->branch_id;
   const wal::Phase phase = call.phase;
   const bool ok = log_.IsDurable(call.gid, [&](const wal::Record& r) {
@@ -489,6 +499,7 @@ void Simulation::NoteDecision(const std::string& gid, wal::Decision d,
 
 void Simulation::Submit(int t) {
   TransferPlan& p = transfers_[t];
+  if (p.interactive) return Interactive(t);
   if (p.answered) return;
   if (!driver_) {  // tccd is down: StartTccd asks again
     p.outstanding = 1;
@@ -501,6 +512,91 @@ void Simulation::Submit(int t) {
                   [this, t, inc](absl::StatusOr<runtime::DriverReply> reply) {
                     OnAnswer(t, inc, std::move(reply));
                   });
+}
+
+void Simulation::Interactive(int t) {
+  TransferPlan& p = transfers_[t];
+  if (p.answered) return;
+  if (!driver_) {  // tccd is down: StartTccd asks again
+    p.outstanding = 1;
+    return;
+  }
+  if (p.outstanding == incarnation_) return;  // already waiting
+  p.outstanding = incarnation_;
+  const uint64_t inc = incarnation_;
+  const int step = p.step;
+  auto done = [this, t, inc, step](absl::StatusOr<runtime::DriverReply> r) {
+    OnInteractiveAnswer(t, inc, step, std::move(r));
+  };
+  const int n = static_cast<int>(p.spec.branches.size());
+  if (step == 0) {
+    core::BeginSpec begin;
+    begin.gid = p.spec.gid;
+    begin.created_at_ms = p.spec.created_at_ms;
+    begin.revision = p.spec.revision;
+    begin.timeout_ms = p.spec.try_timeout_ms;
+    driver_->Begin(std::move(begin), std::move(done));
+  } else if (step <= n) {
+    driver_->Try(p.spec.gid, p.spec.branches[step - 1], std::move(done));
+  } else if (p.rollback) {
+    driver_->Rollback(p.spec.gid, p.spec.wait_for, std::move(done));
+  } else {
+    std::vector<std::string> ids;
+    for (const wal::BranchSpec& b : p.spec.branches) ids.push_back(b.branch_id);
+    driver_->Commit(p.spec.gid, std::move(ids), p.spec.wait_for,
+                    std::move(done));
+  }
+}
+
+void Simulation::OnInteractiveAnswer(
+    int t, uint64_t inc, int step, absl::StatusOr<runtime::DriverReply> reply) {
+  if (inc != incarnation_) return;  // that client connection is gone
+  TransferPlan& p = transfers_[t];
+  p.outstanding = 0;
+  const int last = static_cast<int>(p.spec.branches.size()) + 1;
+  const absl::StatusCode code = reply.status().code();
+  if (reply.ok()) {
+    if (step < last) {
+      p.step = step + 1;
+      At(Uniform(0, 200), [this, t] { Interactive(t); });  // the caller thinks
+      return;
+    }
+    p.answered = true;
+    Trace("interactive ", p.spec.gid,
+          p.rollback ? " rolled back: " : " committed: ",
+          core::TxnStateName(reply->transaction.state));
+    if (reply->transaction.decision != wal::Decision::kNone) {
+      NoteDecision(p.spec.gid, reply->transaction.decision, "told");
+    }
+    return;
+  }
+  if (step == last && code == absl::StatusCode::kAborted) {
+    // Commit answers ABORTED when the decision is Cancel (section 4).
+    p.answered = true;
+    NoteDecision(p.spec.gid, wal::Decision::kCancel, "told");
+    return;
+  }
+  if (step > 0 && step < last &&
+      code == absl::StatusCode::kFailedPrecondition) {
+    // The OPEN deadline passed (tccd cancelled): the caller rolls back.
+    p.rollback = true;
+    p.step = last;
+    At(Uniform(0, 200), [this, t] { Interactive(t); });
+    return;
+  }
+  if (code == absl::StatusCode::kNotFound && step > 0) {
+    Violation(absl::StrCat("lost transaction: ", p.spec.gid,
+                           " is NOT_FOUND after its Begin was acknowledged"));
+    return;
+  }
+  if (code == absl::StatusCode::kAlreadyExists ||
+      code == absl::StatusCode::kInvalidArgument ||
+      code == absl::StatusCode::kFailedPrecondition) {
+    Violation(absl::StrCat("interactive ", p.spec.gid, " step ", step,
+                           " refused: ", reply.status().ToString()));
+    return;
+  }
+  At(Uniform(50, 1000), [this, t] { Interactive(t); });
 }
 
 // The same gid with other content, after the first was accepted: refused
@@ -563,6 +659,8 @@ void Simulation::PlanTransfers() {
     s.try_timeout_ms =
         Uniform(params_.min_try_timeout_ms, params_.max_try_timeout_ms);
     s.wait_for = static_cast<core::WaitFor>(1 + Uniform(0, 2));
+    p.interactive = Draw(params_.interactive_share);
+    p.rollback = p.interactive && Draw(0.15);
     const int n = static_cast<int>(Uniform(2, 4));
     const int debits = n >= 3 && Draw(0.5) ? 2 : 1;
     const int credits = n - debits;
@@ -769,8 +867,28 @@ void Simulation::EndChecks() {
                              DecisionName(d->second), ", ended ",
                              DecisionName(stored->summary.decision)));
     }
-    // Atomicity (section 13.1): all confirmed, or none confirmed.
-    for (const wal::BranchSpec& b : p.spec.branches) {
+    // Atomicity (section 13.1): all confirmed, or none confirmed, over the
+    // branches tccd registered (an interactive caller may not have tried
+    // them all).
+    std::vector<wal::BranchSpec> registered;
+    for (const wal::Record& r : stored->records) {
+      if (const auto* reg = std::get_if<wal::Registered>(&r)) {
+        registered.insert(registered.end(), reg->branches.begin(),
+                          reg->branches.end());
+      } else if (const auto* add = std::get_if<wal::BranchAdded>(&r)) {
+        registered.push_back(add->branch);
+      }
+    }
+    if (!p.interactive && registered.size() != p.spec.branches.size()) {
+      Violation(absl::StrCat(gid, ": ", registered.size(), " of ",
+                             p.spec.branches.size(), " branches registered"));
+    }
+    if (confirmed && registered.size() != p.spec.branches.size()) {
+      Violation(absl::StrCat("atomicity: ", gid, " confirmed with ",
+                             registered.size(), " of ", p.spec.branches.size(),
+                             " branches"));
+    }
+    for (const wal::BranchSpec& b : registered) {
       const auto rec = banks_[bank_index_[b.participant]]->Record(
           {gid, p.spec.created_at_ms, b.branch_id});
       const bool branch_confirmed =
@@ -849,7 +967,9 @@ std::string SimParams::Describe() const {
       " max_bank_down_ms=", max_bank_down_ms,
       " wall_jumps_per_s=", wall_jumps_per_s,
       " max_wall_jump_ms=", max_wall_jump_ms,
-      " max_initial_bank_offset_ms=", max_initial_bank_offset_ms);
+      " max_initial_bank_offset_ms=", max_initial_bank_offset_ms,
+      " conflicting_submits=", conflicting_submits,
+      " interactive_share=", interactive_share);
 }
 
 SimParams DrawParams(uint64_t seed, const SimOptions& options) {
@@ -904,6 +1024,7 @@ SimParams DrawParams(uint64_t seed, const SimOptions& options) {
   }
   if (on()) p.max_initial_bank_offset_ms = integer(0, 3000);
   if (on()) p.conflicting_submits = uniform(0, 0.3);
+  p.interactive_share = on() ? uniform(0, 1) : 0;
   return p;
 }
 

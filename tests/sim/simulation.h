@@ -45,6 +45,9 @@ struct SimOptions {
   // partitions, crashes and jumps stop. Shows that the driver's adaptive
   // timeouts learn only from answered calls (see the README).
   bool slow_links_stay = false;
+  // The write-ahead check on every call (off: to show that the other checks
+  // also catch a decision acted on before it is durable).
+  bool check_write_ahead = true;
   // Prints every call, answer, crash and fault to stderr (for replays).
   bool trace = false;
 };
@@ -81,6 +84,9 @@ struct SimParams {
   int64_t max_initial_bank_offset_ms = 0;
   // Clients: after an answer, the same gid with other content (per answer).
   double conflicting_submits = 0;
+  // Share of transfers made interactively (Begin, Try per branch, Commit or
+  // Rollback) rather than with one Submit.
+  double interactive_share = 0;
 
   std::string Describe() const;
 };

@@ -9,6 +9,7 @@
 //   tcc-sim --minutes M [--first F]
 //   --short                     the CI profile (smaller seeds)
 //   --break NAME                turn a test-only rule breaker on (repeatable)
+//   --no-write-ahead-check      other checks only (teeth for decisions)
 //   --slow-links-stay           slow links stay slow in the liveness phase
 //   --trace                     every call, answer and crash to stderr
 #include <cstdio>
@@ -30,7 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("--first", first, "first seed of a search");
   app.add_option("--minutes", minutes, "search for this long");
   app.add_flag("--short", short_run, "the CI profile: smaller seeds");
-  bool slow_links_stay = false;
+  bool slow_links_stay = false, no_write_ahead_check = false;
+  app.add_flag("--no-write-ahead-check", no_write_ahead_check,
+               "skip the write-ahead check on calls");
   app.add_flag("--slow-links-stay", slow_links_stay,
                "keep the seed's link latency when the faults stop");
   app.add_option("--break", breakers, "a test-only rule breaker to turn on");
@@ -41,6 +44,7 @@ int main(int argc, char** argv) {
   options.short_run = short_run;
   options.trace = trace;
   options.slow_links_stay = slow_links_stay;
+  options.check_write_ahead = !no_write_ahead_check;
   for (const std::string& b : breakers) {
     if (!tcc::sim::ApplyBreaker(b, options)) {
       std::fprintf(stderr, "tcc-sim: unknown breaker '%s'\n", b.c_str());
