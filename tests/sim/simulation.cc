@@ -468,6 +468,16 @@ void Simulation::CrashTccd() {
   clock_.Clear();
   log_.Crash(
       static_cast<size_t>(Uniform(0, static_cast<int64_t>(log_.Unsynced()))));
+  if (options_.trace) {
+    for (const TransferPlan& p : transfers_) {
+      auto stored = log_.Read(p.spec.gid);
+      Trace("after the crash ", p.spec.gid, ": ",
+            stored.ok()
+                ? absl::StrCat(stored->records.size(), " records, ",
+                               core::TxnStateName(stored->summary.state))
+                : stored.status().ToString());
+    }
+  }
   // No lost decision (section 13.3): what was told or acted on survived.
   for (const auto& [gid, d] : decisions_) {
     auto stored = log_.Read(gid);
@@ -529,6 +539,7 @@ void Simulation::Interactive(int t) {
     OnInteractiveAnswer(t, inc, step, std::move(r));
   };
   const int n = static_cast<int>(p.spec.branches.size());
+  Trace("interactive ", p.spec.gid, " sends step ", step);
   if (step == 0) {
     core::BeginSpec begin;
     begin.gid = p.spec.gid;
@@ -553,6 +564,8 @@ void Simulation::OnInteractiveAnswer(
   if (inc != incarnation_) return;  // that client connection is gone
   TransferPlan& p = transfers_[t];
   p.outstanding = 0;
+  Trace("interactive ", p.spec.gid, " step ", step, ": ",
+        reply.ok() ? std::string("OK") : reply.status().ToString());
   const int last = static_cast<int>(p.spec.branches.size()) + 1;
   const absl::StatusCode code = reply.status().code();
   if (reply.ok()) {
