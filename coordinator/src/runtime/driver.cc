@@ -66,6 +66,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     std::unordered_map<RequestId, ReplyDone> callers;
     std::unordered_map<uint32_t, TimerId> retry_timers;
     std::vector<TimerId> deadline_timers;
+    // Set while Adopt resumes it: resuming may finish it at once (every
+    // branch had acknowledged, only the buffered Finished record was lost),
+    // and whoever loaded it must still find it.
+    bool loading = false;
   };
   struct Shard {
     Executor* exec;
@@ -217,9 +221,11 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     Owner* o = owner.get();
     shards_[s].owners[gid] = std::move(owner);
     if (!wal::IsFinal(o->txn.state)) {
+      o->loading = true;
       absl::Status st = Apply(s, gid, core::ResumeEvent{epoch_});
-      if (!st.ok()) return st;
       o = Find(s, gid);
+      if (o != nullptr) o->loading = false;
+      if (!st.ok()) return st;
     }
     return o;
   }
@@ -244,6 +250,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       OnShard(gid, [gid, shared](Impl& self, size_t s) {
         if (self.Find(s, gid) != nullptr) return;  // a request loaded it
         absl::StatusOr<Owner*> o = self.Adopt(s, std::move(*shared));
+        if (o.ok()) self.MaybeEvict(s, gid);  // it may have finished
         if (!o.ok()) {
           self.observer_->OnSignal(
               gid, "",
@@ -388,7 +395,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   void MaybeEvict(size_t s, const std::string& gid) {
     if (shards_[s].pinned == gid) return;
     Owner* o = Find(s, gid);
-    if (o == nullptr) return;
+    if (o == nullptr || o->loading) return;
     const core::Txn& t = o->txn;
     const bool done = t.poisoned || !t.exists ||
                       (wal::IsFinal(t.state) && t.waiters.empty() &&

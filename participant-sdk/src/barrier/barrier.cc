@@ -91,12 +91,13 @@ absl::StatusOr<BarrierAnswer> Barrier::Try(const BranchCall& call,
   LocalTxn& txn = *locked->txn;
   const std::optional<BarrierRecord>& rec = locked->record;
 
+  const bool anti_hanging = !options_.test_only_skip_anti_hanging;
   // Row 1: any Cancel.
-  if (IsCancelled(rec)) {
+  if (anti_hanging && IsCancelled(rec)) {
     return Answer(Outcome::kHangingRefused, false, "the branch was cancelled");
   }
   // Row 2: past the try-deadline (+ skew) and no Try state.
-  if (!HasTryState(rec) &&
+  if (anti_hanging && !HasTryState(rec) &&
       clock_.NowUnixMs() > call.try_deadline_ms + options_.clock_skew_ms) {
     return Answer(Outcome::kHangingRefused, false,
                   "the try-deadline has passed");

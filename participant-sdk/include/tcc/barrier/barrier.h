@@ -114,6 +114,11 @@ struct BarrierOptions {
   // from its phase 2 here (section 9). Must be at least tccd's deduplication
   // horizon.
   int64_t retention_ms = 7LL * 24 * 3600 * 1000;
+  // Test only: skips the Try table's anti-hanging rows (a Try after a Cancel,
+  // or past its try-deadline, runs the business). The deterministic
+  // simulation (tests/sim/) turns it on to show that it catches the broken
+  // rule. Off by default; production never sets it.
+  bool test_only_skip_anti_hanging = false;
 };
 
 class Barrier {

@@ -1,0 +1,111 @@
+// SimBank: one bank participant of the deterministic simulation (issue 7).
+//
+// It is the SDK's real barrier (tcc::barrier::Barrier, DESIGN.md section 11)
+// over a MemoryBarrierStore, with its own ManualClock (set by the simulation
+// before every call, so that it can drift and jump apart from tccd's), and
+// the bank's business logic over the store's key-value data, as in the bank
+// demo (participant-sdk/examples/bank):
+//   debit  Try freezes the amount (refused when balance - frozen is short),
+//          Confirm takes it from the balance, Cancel unfreezes it;
+//   credit Try records it as incoming, Confirm adds it to the balance,
+//          Cancel drops it.
+// Payloads are "ACCOUNT:AMOUNT".
+//
+// Every handler that takes effect also bumps a counter for (phase, branch
+// key) in the same local transaction, so exactly-once (section 13.2) is read
+// back from committed data: a counter above one, or both a Confirm and a
+// Cancel counter for one key, is a violation.
+//
+// Crashes follow MemoryBarrierStore's model: a crash inside a handler loses
+// the whole local transaction (the call fails and its reply is lost); a
+// crash after the commit keeps it and loses only the reply. Either way the
+// simulation keeps the bank down for a while.
+//
+// Not thread-safe: the simulation is single-threaded.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/environment.h"
+#include "tcc/barrier/barrier.h"
+#include "tcc/barrier/memory_store.h"
+#include "tcc/clock/clock.h"
+
+namespace tcc::sim {
+
+struct Account {
+  int64_t balance = 0;
+  int64_t frozen = 0;    // debits tried, not yet confirmed or cancelled
+  int64_t incoming = 0;  // credits tried, not yet confirmed or cancelled
+};
+
+// Where a participant crash hits a call.
+enum class CrashPoint : uint8_t {
+  kNone,
+  kInHandler,    // before the local commit: nothing of the call survives
+  kAfterCommit,  // the call is durable, its reply is lost
+};
+
+class SimBank {
+ public:
+  SimBank(std::string name, int accounts, int64_t initial_balance,
+          barrier::BarrierOptions options);
+
+  const std::string& name() const { return name_; }
+  clock::ManualClock& clock() { return clock_; }
+
+  // Runs one Try / Confirm / Cancel through the barrier at the bank's clock.
+  // `crashed` is set when the bank crashed during the call (the caller drops
+  // the reply and keeps the bank down). Safety checks that one call can
+  // break are appended to `violations`.
+  struct CallResult {
+    absl::StatusOr<runtime::BranchAnswer> answer;
+    bool crashed = false;
+  };
+  CallResult Call(const runtime::BranchCall& call, CrashPoint crash,
+                  std::vector<std::string>& violations);
+  absl::StatusOr<runtime::QueryAnswer> Query(const runtime::QueryCall& query);
+
+  // --- Reads of committed state, for the checks.
+  std::vector<Account> Accounts() const;
+  // "phase/gid/created_at/branch" -> how many times that effect committed.
+  std::map<std::string, int64_t> Effects() const;
+  // The barrier record of a key, if any.
+  std::optional<barrier::BarrierRecord> Record(
+      const barrier::BranchKey& key) const;
+  // Every barrier record.
+  std::map<barrier::BranchKey, barrier::BarrierRecord> Records() const;
+  int64_t TotalMoney() const;
+
+ private:
+  absl::StatusOr<barrier::TryVerdict> TryHandler(
+      const barrier::HandlerContext& c);
+  absl::Status PhaseTwoHandler(const barrier::HandlerContext& c,
+                               wal::Phase phase);
+  // Bumps the effect counter of (phase, key) in the handler's transaction.
+  absl::Status CountEffect(const barrier::HandlerContext& c, wal::Phase phase);
+
+  std::string name_;
+  mutable barrier::MemoryBarrierStore store_;  // reads are logically const
+  clock::ManualClock clock_;
+  barrier::Barrier barrier_;
+  // Set by a handler, read after the call: the effect it counted (and its new
+  // count, and whether the opposite phase-2 effect exists), and an account
+  // state it would leave broken.
+  struct PendingEffect {
+    std::string key;
+    int64_t count = 0;
+    bool opposite = false;
+    std::string broken_account;
+  };
+  std::optional<PendingEffect> pending_;
+  CrashPoint crash_ = CrashPoint::kNone;
+  bool crashed_in_handler_ = false;
+};
+
+}  // namespace tcc::sim
