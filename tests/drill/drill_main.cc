@@ -232,7 +232,7 @@ absl::Status Drill::Setup() {
   // The PostgreSQL bank's schema is its name: unique per run, so a shared
   // server (the ctest fixture) starts it empty.
   const std::string pg_bank =
-      absl::StrCat("pg-", flags_.seed, "-", static_cast<int>(getpid()));
+      absl::StrCat("sql-", flags_.seed, "-", static_cast<int>(getpid()));
   banks_ = {"rocks-a", "rocks-b", pg_bank};
   ClusterOptions o;
   o.root_dir = root_;
@@ -355,7 +355,7 @@ void Drill::MeasureRecovery(const std::set<std::string>& in_flight,
 absl::Status Drill::FaultFailpoint() {
   const std::string& point = kTccdFailpoints[rng_() % kTccdFailpoints.size()];
   const uint64_t n = point == "driver.before_effect" ? 1 + rng_() % 400
-                                                     : 1 + rng_() % 60;
+                                                     : 1 + rng_() % 30;
   const std::string spec = absl::StrCat(point, "=crash@", n);
   // Arm it: a graceful stop, then a start with the failpoint.
   auto stopped = cluster_->StopTccd(15000);
@@ -433,8 +433,8 @@ bool Drill::StraceWorks() {
   strace_checked_ = true;
   if (flags_.fsync_mode == "failpoint") return false;
   auto p = Process::Start(ProcessOptions{
-      {"strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=fdatasync",
-       "-e", "inject=fdatasync:error=EIO", "dd", "if=/dev/zero",
+      {"/usr/bin/strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=fdatasync",
+       "-e", "inject=fdatasync:error=EIO", "/usr/bin/dd", "if=/dev/zero",
        "of=" + root_ + "/strace-probe", "bs=1k", "count=1", "conv=fdatasync"},
       {},
       "",
@@ -458,7 +458,7 @@ absl::Status Drill::FaultFsync() {
   if (StraceWorks()) {
     SleepMs(100 + static_cast<int64_t>(rng_() % 1000));
     auto p = Process::Start(ProcessOptions{
-        {"strace", "-f", "-qq", "-o", "/dev/null", "-e",
+        {"/usr/bin/strace", "-f", "-qq", "-o", "/dev/null", "-e",
          "trace=fsync,fdatasync", "-e", "inject=fsync,fdatasync:error=EIO",
          "-p", std::to_string(cluster_->tccd()->pid())},
         {},
