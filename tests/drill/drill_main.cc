@@ -187,6 +187,7 @@ class Drill {
 
   int faults_[kFaultKinds] = {};
   int failpoint_unfired_ = 0;
+  std::map<std::string, int> failpoint_fired_;
   int tccd_restarts_ = 0;
   int recovery_timeouts_ = 0;
   std::vector<int64_t> recovery_ms_;
@@ -353,7 +354,9 @@ void Drill::MeasureRecovery(const std::set<std::string>& in_flight,
 }
 
 absl::Status Drill::FaultFailpoint() {
-  const std::string& point = kTccdFailpoints[rng_() % kTccdFailpoints.size()];
+  // Each failpoint in turn; where in its run it fires is random.
+  const std::string& point =
+      kTccdFailpoints[faults_[kFailpoint] % kTccdFailpoints.size()];
   const uint64_t n = point == "driver.before_effect" ? 1 + rng_() % 400
                                                      : 1 + rng_() % 30;
   const std::string spec = absl::StrCat(point, "=crash@", n);
@@ -377,6 +380,7 @@ absl::Status Drill::FaultFailpoint() {
     auto status = cluster_->tccd()->Wait(8000);
     fired = status.ok() && WIFSIGNALED(*status);
   }
+  if (fired) ++failpoint_fired_[point];
   if (!fired) {
     ++failpoint_unfired_;
     cluster_->KillTccd();  // not reached in time: a plain kill -9
@@ -656,6 +660,11 @@ int Drill::Run() {
   std::sort(rec.begin(), rec.end());
   const int64_t p50 = rec.empty() ? 0 : rec[rec.size() / 2];
   const int64_t max = rec.empty() ? 0 : rec.back();
+  std::string fired;
+  for (const auto& point : kTccdFailpoints) {
+    absl::StrAppend(&fired, fired.empty() ? "" : ",", point, ":",
+                    failpoint_fired_[point]);
+  }
   int faults = 0;
   std::string by_kind;
   for (int k = 0; k < kFaultKinds; ++k) {
@@ -665,12 +674,13 @@ int Drill::Run() {
   std::printf(
       "drill: seed=%llu elapsed_s=%lld transactions=%zu confirmed=%lld "
       "cancelled=%lld unknown_to_tccd=%lld submit_errors=%lld tccd_starts=%d "
-      "failpoint_unfired=%d recovery_timeouts=%d fsync_via=%s clock_via=%s\n",
+      "failpoints_fired=%s failpoint_unfired=%d recovery_timeouts=%d "
+      "fsync_via=%s clock_via=%s\n",
       static_cast<unsigned long long>(flags_.seed),
       static_cast<long long>(MsSince(start) / 1000), transfers_.size(),
       static_cast<long long>(confirmed_), static_cast<long long>(cancelled_),
       static_cast<long long>(unknown_to_tccd_),
-      static_cast<long long>(submit_errors_), tccd_restarts_,
+      static_cast<long long>(submit_errors_), tccd_restarts_, fired.c_str(),
       failpoint_unfired_, recovery_timeouts_,
       strace_works_ ? "strace" : "failpoint",
       faketime_works_ ? "faketime" : "none");
