@@ -552,7 +552,7 @@ void Drill::FinalChecks() {
       Violation(absl::StrCat(gid, ": Get failed: ", v.status().ToString()));
     }
   }
-  if (absl::Status s = cluster_->CheckFinal(known, 120000); !s.ok()) {
+  if (absl::Status s = cluster_->CheckFinal(known, 60000); !s.ok()) {
     Violation(absl::StrCat("final check: ", s.ToString()));
     return;
   }
