@@ -85,8 +85,8 @@ constexpr const char* kFaultNames[kFaultKinds] = {
 // tccd's failpoints: every persistence point of the WAL and the point
 // between two effects of the driver.
 const std::vector<std::string> kTccdFailpoints = {
-    "wal.before_write", "wal.after_write", "wal.before_sync",
-    "wal.after_sync", "driver.before_effect"};
+    "driver.before_effect", "wal.before_write", "wal.after_write",
+    "wal.before_sync", "wal.after_sync"};
 
 struct Flags {
   double seconds = 60;
@@ -584,6 +584,11 @@ void Drill::FinalChecks() {
       expected[{leg.bank, leg.account}] += leg.delta;
     }
   }
+  // A drill in which nothing got through proves nothing.
+  if (confirmed_ < 10) {
+    Violation(absl::StrCat("only ", confirmed_,
+                           " transfers confirmed: the drill tested nothing"));
+  }
   int mismatches = 0;
   for (const auto& [key, want] : expected) {
     auto a = cluster_->Account(key.first, key.second);
@@ -627,9 +632,12 @@ int Drill::Run() {
   const auto start = SteadyClock::now();
   const int64_t budget_ms = static_cast<int64_t>(flags_.seconds * 1000);
   absl::Status broken;
-  // Every kind at least once, in turn, until the time is up (bounded).
+  // The kinds in turn until the time is up, and at least until every kind
+  // ran and every failpoint was tried once (bounded).
+  const int min_rounds =
+      kFaultKinds * (static_cast<int>(kTccdFailpoints.size()) - 1) + 1;
   for (int round = 0; round < 100000; ++round) {
-    const bool all_kinds = round >= kFaultKinds;
+    const bool all_kinds = round >= std::max(min_rounds, kFaultKinds);
     if (all_kinds && MsSince(start) >= budget_ms) break;
     const int kind = round % kFaultKinds;
     SleepMs(200 + static_cast<int64_t>(rng_() % 600));  // let work pile up
