@@ -28,6 +28,8 @@ PACKAGES=(
   catch2
   # scripts: ports, process control
   iproute2 procps psmisc
+  # crash drills: a failing fsync (strace -e inject), a jumped wall clock
+  strace faketime libfaketime
 )
 
 missing() {

@@ -45,20 +45,23 @@ absl::Status BankCluster::Start() {
 
 absl::Status BankCluster::StartBank(const std::string& name) {
   const int port = bank_ports_.count(name) ? bank_ports_[name] : 0;
+  const std::string store = options_.bank_store.count(name)
+                                ? options_.bank_store.at(name)
+                                : options_.store;
   std::vector<std::string> argv = {options_.bank_bin,
                                    "--name",
                                    name,
                                    "--listen",
                                    absl::StrCat("127.0.0.1:", port),
                                    "--store",
-                                   options_.store,
+                                   store,
                                    "--data-dir",
                                    options_.root_dir + "/" + name,
                                    "--accounts",
                                    std::to_string(options_.accounts),
                                    "--initial-balance",
                                    std::to_string(options_.initial_balance)};
-  if (options_.store == "postgres") {
+  if (store == "postgres") {
     argv.push_back("--pg-url");
     argv.push_back(options_.pg_url);
   }

@@ -29,6 +29,8 @@ struct ClusterOptions {
   uint32_t accounts = 100;
   int64_t initial_balance = 1000;
   std::string store = "rocksdb";  // or "postgres" (needs pg_url)
+  // Per-bank store, overriding `store` for the banks named here.
+  std::map<std::string, std::string> bank_store;
   std::string pg_url;
   std::vector<std::string> tccd_args;  // extra flags
   std::map<std::string, std::string> tccd_env;
@@ -56,6 +58,10 @@ class BankCluster {
     options_.bank_env[name] = std::move(env);
   }
   Process* bank(const std::string& name) { return banks_[name].get(); }
+  // Environment for tccd's next start (e.g. failpoints, LD_PRELOAD).
+  void SetTccdEnv(std::map<std::string, std::string> env) {
+    options_.tccd_env = std::move(env);
+  }
 
   int tccd_port() const { return tccd_port_; }
   int bank_port(const std::string& name) { return bank_ports_[name]; }
