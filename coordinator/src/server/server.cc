@@ -46,6 +46,7 @@ class Server::Impl {
 
  private:
   void ScheduleRetention();
+  void ScheduleWalMetrics();
 };
 
 namespace {
@@ -173,7 +174,19 @@ absl::Status Server::Impl::Start(const Config& config,
     }
   }
   ScheduleRetention();
+  ScheduleWalMetrics();
   return absl::OkStatus();
+}
+
+// The WAL counts its syncs itself (no callback per sync); its counters are
+// copied to /metrics every 250 ms.
+void Server::Impl::ScheduleWalMetrics() {
+  clock_->Schedule(250, [this] {
+    if (stopped_) return;
+    const wal::LogStats stats = log_->Stats();
+    metrics_->SetWalTotals(stats.syncs, stats.synced_appends);
+    ScheduleWalMetrics();
+  });
 }
 
 void Server::Impl::ScheduleRetention() {
