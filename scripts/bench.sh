@@ -99,6 +99,7 @@ start_server() {
   local name=$1
   shift
   local log=$run_dir/$name.log
+  : >"$log"  # exists before the poll below reads it
   "$@" >"$log" 2>&1 &
   server_pid=$!
   started_pids+=("$server_pid")
@@ -230,7 +231,7 @@ measure_recovery() {
   local url
   url=$(sed -n 's/^metrics: \(http:[^ ]*\)$/\1/p' "$run_dir/tccd-recover.log" |
         head -n1)
-  local deadline=$(( $(date +%s) + 240 ))
+  local deadline=$(( $(date +%s) + 300 ))
   while (( $(date +%s) < deadline )); do
     done_count=$(metric_sum "$url" 'tccd_transactions_total{event="c')
     (( done_count >= recovery_count )) && break
