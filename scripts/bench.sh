@@ -5,9 +5,12 @@
 # The baseline is the ceiling for any coordinator on this machine: the same
 # Submit load against tcc-baseline-relay, which makes the same participant
 # calls (Try, Try, then Confirm, Confirm) to two tcc-noop-participants that
-# answer at once, with no log and no barrier.
+# answer at once, with no log and no barrier. tccd runs with its defaults
+# (config/tccd.yaml: fsync on) in front of two tcc-bank participants on the
+# RocksDB barrier (synced writes), 10,000 accounts each; payloads are the
+# bank's "ACCOUNT:AMOUNT:xxx..." padded to the size asked.
 #
-#   scripts/bench.sh            the full set (about 10 minutes once tccd runs)
+#   scripts/bench.sh            the full set (about 10 minutes)
 #   scripts/bench.sh --quick    the headline, C=1 and the half-rate p99 only
 #
 # Options:
@@ -18,6 +21,8 @@
 #                      (default: <build-dir>/bench/results.md)
 #   --duration-s N     measured seconds per run (default 10)
 #   --warmup-s N       warm-up seconds per run (default 2)
+#   --recovery-count N transactions left for recovery (default 100000)
+#   --only-recovery    only the recovery measurement (with the tccd stack)
 #
 # Everything runs on 127.0.0.1 with ports picked by the OS; every process
 # started here is stopped on exit (also on error or Ctrl-C), and every step
@@ -35,6 +40,8 @@ build_dir="build-release"
 out=""
 duration_s=10
 warmup_s=2
+recovery_count=100000
+only_recovery=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -43,7 +50,9 @@ while [[ $# -gt 0 ]]; do
     --out) out=$2; shift ;;
     --duration-s) duration_s=$2; shift ;;
     --warmup-s) warmup_s=$2; shift ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    --recovery-count) recovery_count=$2; shift ;;
+    --only-recovery) only_recovery=1 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -90,6 +99,7 @@ start_server() {
   local name=$1
   shift
   local log=$run_dir/$name.log
+  : >"$log"  # exists before the poll below reads it
   "$@" >"$log" 2>&1 &
   server_pid=$!
   started_pids+=("$server_pid")
@@ -121,31 +131,133 @@ start_baseline() {
   baseline_roles="relay,noop-a,noop-b"
 }
 
-# TODO(issue 8): tccd and the bank participants. Once they exist, this
-# starts two bank participants on the RocksDB barrier (fsync on, 10,000
-# accounts each, names bank-a and bank-b, --listen 127.0.0.1:0), then tccd
-# with its defaults (fsync on) and a config naming them, on --listen
-# 127.0.0.1:0 (with a data directory under $run_dir), through start_server,
-# and sets tccd_target, tccd_pids and tccd_roles as start_baseline does.
-# With "slow-fsync" as $1, every fsync of tccd and of the participants is
-# delayed by 1 ms (injected failpoint). Returns 1 while there is nothing to
-# start, and the tccd rows are skipped.
-tccd_target="" tccd_pids="" tccd_roles=""
+# tccd and its participants: two tcc-bank participants on the RocksDB barrier
+# (synced writes: fsync on), 10,000 accounts each, names bank-a and bank-b,
+# then tccd with config/tccd.yaml (its defaults: fsync on), each on
+# 127.0.0.1:0 with a fresh data directory under $run_dir. Sets tccd_target,
+# tccd_pids, tccd_roles (tccd first), tccd_metrics (its /metrics URL) and
+# tccd_data. With "slow-fsync" as $1, every fsync of tccd (WAL group sync,
+# failpoint wal.before_sync) and every synced commit of the participants
+# (failpoint barrier.before_synced_commit) is delayed by 1 ms.
+tccd_target="" tccd_pids="" tccd_roles="" tccd_metrics="" tccd_data=""
+tccd_bin=$build_dir/coordinator/tccd
+bank_bin=$build_dir/participant-sdk/examples/bank/tcc-bank
+stack_count=0
 start_tccd_stack() {
   local variant=${1:-normal}
-  : "$variant"
-  return 1
+  [[ -x $tccd_bin && -x $bank_bin ]] || return 1
+  local tccd_fp="" bank_fp=""
+  if [[ $variant == slow-fsync ]]; then
+    tccd_fp="wal.before_sync=sleep(1)"
+    bank_fp="barrier.before_synced_commit=sleep(1)"
+  fi
+  stack_count=$((stack_count + 1))
+  local dir=$run_dir/stack-$stack_count-$variant
+  mkdir -p "$dir"
+  local bank bank_pids="" participants=()
+  for bank in bank-a bank-b; do
+    TCC_FAILPOINTS=$bank_fp start_server "$bank-$stack_count" "$bank_bin" \
+      --name "$bank" --listen 127.0.0.1:0 --store rocksdb \
+      --data-dir "$dir/$bank" --accounts 10000 --initial-balance 1000000000
+    bank_pids+=",$server_pid"
+    participants+=(--participant "$bank=127.0.0.1:$server_port")
+  done
+  tccd_participants=("${participants[@]}")
+  tccd_data=$dir/tccd
+  TCC_FAILPOINTS=$tccd_fp start_server "tccd-$stack_count" "$tccd_bin" \
+    --config config/tccd.yaml --data-dir "$tccd_data" \
+    --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${participants[@]}"
+  tccd_target=127.0.0.1:$server_port
+  tccd_pids="$server_pid$bank_pids"
+  tccd_roles="tccd,bank-a,bank-b"
+  tccd_metrics=$(sed -n 's/^metrics: \(http:[^ ]*\)$/\1/p' \
+                 "$run_dir/tccd-$stack_count.log" | head -n1)
 }
 
-# TODO(issue 8): recovery. 100,000 transactions registered durably and left
-# in TRYING (a failpoint crashes tccd after registration, before any Try),
-# then the time for a restarted tccd to drive them all to a final state.
-# Prints transactions/s; prints nothing while tccd is missing.
+# metric URL NAME: the value of an unlabelled metric in a /metrics page (0 if
+# absent). metric_sum URL PREFIX: the sum of every series starting so.
+metric() {
+  curl -s --max-time 5 "$1" 2>/dev/null |
+    awk -v n="$2" '$1 == n { v = $2 } END { printf "%.0f\n", v + 0 }'
+}
+metric_sum() {
+  curl -s --max-time 5 "$1" 2>/dev/null |
+    awk -v p="$2" 'index($1, p) == 1 { v += $2 } END { printf "%.0f\n", v + 0 }'
+}
+now_s() { date +%s.%N; }
+
+# Recovery: 100,000 transactions registered durably and left in TRYING. tccd
+# runs with failpoint driver.before_try_send=error (each Try stays in the
+# process, as if it crashed right after the registration was durable) and
+# limits.max_in_flight raised; tcc-bench --register submits them with
+# wait_for ACCEPTED (try-deadline 10 minutes, so recovery has time to send
+# them); then tccd is killed (SIGKILL) and restarted without the failpoint,
+# and the time from its start until all of them are final (its
+# tccd_transactions_total{event=confirmed|cancelled} reach the count) gives
+# transactions/s. Sets recovery_tps (0 if it could not be measured); details
+# in $run_dir/recovery.log.
 measure_recovery() {
-  return 0
+  local rlog=$run_dir/recovery.log
+  start_tccd_stack normal || return 0
+  local tccd_pid=${tccd_pids%%,*}
+  local banks=${tccd_pids#*,}
+  local config=$run_dir/tccd-recovery.yaml
+  sed 's/^\(  max_in_flight:\) *[0-9]*/\1 1000000/' config/tccd.yaml >"$config"
+  # Restart this stack's tccd with the failpoint and the raised limit.
+  stop_pids "$tccd_pid"
+  rm -rf "$tccd_data"
+  TCC_FAILPOINTS="driver.before_try_send=error" start_server tccd-fill \
+    "$tccd_bin" --config "$config" --data-dir "$tccd_data" \
+    --listen 127.0.0.1:0 --metrics-listen off "${tccd_participants[@]}"
+  tccd_pid=$server_pid
+  local rc=0
+  timeout --kill-after=5 300 "$bin/tcc-bench" --target "127.0.0.1:$server_port" \
+    --register "$recovery_count" --concurrency 64 --try-timeout-ms 600000 \
+    --payload-format bank --payload-bytes 100 --participants bank-a,bank-b \
+    --accounts 10000 >"$rlog" 2>&1 || rc=$?
+  echo "load average after registering: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$rlog"
+  kill -KILL "$tccd_pid" 2>/dev/null || true
+  wait "$tccd_pid" 2>/dev/null || true
+  if [[ $rc != 0 ]]; then
+    echo "bench.sh: recovery: registering failed (exit $rc)" >&2
+    cat "$rlog" >&2
+    return 0
+  fi
+  local t0 t1 done_count=0
+  t0=$(now_s)
+  start_server tccd-recover "$tccd_bin" --config "$config" \
+    --data-dir "$tccd_data" --listen 127.0.0.1:0 \
+    --metrics-listen 127.0.0.1:0 "${tccd_participants[@]}"
+  local url
+  url=$(sed -n 's/^metrics: \(http:[^ ]*\)$/\1/p' "$run_dir/tccd-recover.log" |
+        head -n1)
+  local deadline=$(( $(date +%s) + 300 ))
+  while (( $(date +%s) < deadline )); do
+    done_count=$(metric_sum "$url" 'tccd_transactions_total{event="c')
+    (( done_count >= recovery_count )) && break
+    sleep 0.1
+  done
+  t1=$(now_s)
+  {
+    echo "recovered: $done_count of $recovery_count final in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') s (from tccd start)"
+    curl -s --max-time 5 "$url" | grep -E '^tccd_(transactions_total|recovery|wal_sync)' || true
+    echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  } >>"$rlog"
+  cat "$rlog" >&2
+  if (( done_count < recovery_count )); then
+    echo "bench.sh: recovery: only $done_count of $recovery_count final in time" >&2
+    recovery_note="Recovery: only $done_count of $recovery_count transactions left in TRYING were final $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }') s after tccd restarted (not counted as a rate)."
+    total_errors=$((total_errors + 1))
+    return 0
+  fi
+  recovery_tps=$(awk -v n="$recovery_count" -v a="$t0" -v b="$t1" \
+    'BEGIN { printf "%.0f", n / (b - a) }')
+  recovery_note="Recovery: $recovery_count transactions left in TRYING (registered durably, no Try sent) were all final $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s after tccd restarted: $recovery_tps tx/s (load average $(cut -d' ' -f1 /proc/loadavg))."
 }
 
 table_rows=()
+wal_note=""
+recovery_note=""
 total_errors=0
 # Per-run results, set by run_bench.
 r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=0
@@ -165,7 +277,8 @@ run_bench() {
   local rc=0
   timeout --kill-after=5 "$limit" "$bin/tcc-bench" --target "$target" \
     --duration-s "$duration_s" --warmup-s "$warmup_s" \
-    --participants bank-a,bank-b --accounts 10000 --pids "$pids" "$@" \
+    --participants bank-a,bank-b --accounts 10000 --payload-format bank \
+    --pids "$pids" "$@" \
     >"$log" 2>&1 || rc=$?
   local line
   line=$(grep '^bench: ' "$log" | tail -n1 || true)
@@ -174,7 +287,7 @@ run_bench() {
     cat "$log" >&2
     r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=1
     total_errors=$((total_errors + 1))
-    table_rows+=("| $label | failed (exit $rc) | | | | | | |")
+    table_rows+=("| $label | failed (exit $rc) | | | | | | | |")
     return 0
   fi
   r_tps=$(field tps "$line") r_p50=$(field p50_ms "$line")
@@ -196,16 +309,31 @@ run_bench() {
     cpu+="${cpu:+, }$role ${per_1k:-?}"
     i=$((i + 1))
   done
-  table_rows+=("| $label | $r_tps | $r_p50 | $r_p99 | $r_p999 | $r_max | $r_errors | $cpu |")
+  table_rows+=("| $label | $r_tps | $r_p50 | $r_p99 | $r_p999 | $r_max | $r_errors | $cpu | $(cut -d' ' -f1 /proc/loadavg) |")
 }
 
 # The set of runs against one target. Sets headline_tps, headline_p50,
 # headline_p99, single_p50, half_load_p99.
 run_set() {
   local name=$1 target=$2 pids=$3 roles=$4
+  local metrics_url=${5:-} s0=0 a0=0 t0=0
+  if [[ -n $metrics_url ]]; then
+    s0=$(metric "$metrics_url" tccd_wal_syncs)
+    a0=$(metric "$metrics_url" tccd_wal_synced_appends)
+    t0=$(now_s)
+  fi
   run_bench "$name: C=64, 2 branches, 100 B" "$target" "$pids" "$roles" \
     --concurrency 64 --branches 2 --payload-bytes 100
   headline_tps=$r_tps headline_p50=$r_p50 headline_p99=$r_p99
+  if [[ -n $metrics_url ]]; then
+    local s1 a1 t1
+    s1=$(metric "$metrics_url" tccd_wal_syncs)
+    a1=$(metric "$metrics_url" tccd_wal_synced_appends)
+    t1=$(now_s)
+    wal_note=$(awk -v s="$((s1 - s0))" -v a="$((a1 - a0))" -v t0="$t0" \
+      -v t1="$t1" 'BEGIN { printf "tccd WAL during the headline run (warm-up included): %.0f fsyncs/s, mean group %.2f durable appends per fsync (%d fsyncs, %d appends in %.1f s)", s / (t1 - t0), (s > 0 ? a / s : 0), s, a, t1 - t0 }')
+    echo "bench.sh: $wal_note" >&2
+  fi
   run_bench "$name: C=1" "$target" "$pids" "$roles" \
     --concurrency 1 --branches 2 --payload-bytes 100
   single_p50=$r_p50
@@ -234,12 +362,20 @@ run_set() {
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
+if [[ $only_recovery == 1 ]]; then
+  recovery_tps=0
+  measure_recovery
+  cleanup
+  echo "tcc-bench: recovery_tps=$recovery_tps"
+  exit 0
+fi
+
 # The tccd set first (when it exists), then the baseline, each stack stopped
 # before the next starts so they do not share the machine.
 tccd_tps=0 tccd_p50=0 tccd_p99=0 tccd_single_p50=0 tccd_half_p99=0
 slow_fsync_tps=0 recovery_tps=0
 if start_tccd_stack normal; then
-  run_set tccd "$tccd_target" "$tccd_pids" "$tccd_roles"
+  run_set tccd "$tccd_target" "$tccd_pids" "$tccd_roles" "$tccd_metrics"
   tccd_tps=$headline_tps tccd_p50=$headline_p50 tccd_p99=$headline_p99
   tccd_single_p50=$single_p50 tccd_half_p99=$half_load_p99
   cleanup
@@ -250,8 +386,9 @@ if start_tccd_stack normal; then
     cleanup
   fi
   if [[ $quick == 0 ]]; then
-    recovery_tps=$(measure_recovery)
-    recovery_tps=${recovery_tps:-0}
+    echo "bench.sh: recovery of $recovery_count transactions ..." >&2
+    measure_recovery
+    cleanup
   fi
 else
   echo "bench.sh: tccd and the bank participants are not available yet;" \
@@ -269,10 +406,12 @@ ratio=$(awk -v t="$tccd_tps" -v b="$baseline_tps" \
 
 mkdir -p "$(dirname "$out")"
 {
-  echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${table_rows[@]}"
   echo
+  [[ -n $wal_note ]] && echo "$wal_note." && echo
+  [[ -n $recovery_note ]] && echo "$recovery_note" && echo
   echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $load_after."
   echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback, $( [[ $quick == 1 ]] && echo quick || echo full ) set."
 } | tee "$out"

@@ -7,6 +7,10 @@
 //
 // Prints a Markdown table, then one machine-readable line:
 //   bench: tps=N p50_ms=N p99_ms=N p999_ms=N max_ms=N errors=N [more k=v]
+// With --register N it only registers N transactions (wait_for ACCEPTED,
+// --concurrency callers) and prints
+//   register: n=N ok=N errors=N elapsed_s=N tps=N
+// which recovery drills use to fill a coordinator that sends no Try.
 // and one per measured process (--pids, then tcc-bench itself):
 //   bench-cpu: pid=N name=S cpu_s=N cpu_s_per_1k=N   (-1: unreadable)
 // Exit status: 0 for a good run (something completed, no error), 2 for a run
@@ -15,9 +19,14 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <map>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -114,6 +123,75 @@ void PrintReport(const std::string& target, const LoadOptions& o,
   std::fflush(stdout);
 }
 
+// Registers `n` transactions, each answered once durably registered.
+int Register(const std::vector<v1::Coordinator::Stub*>& stubs,
+             const tcc::bench::TransferPlanner& planner,
+             const tcc::bench::PayloadFormat& format, const LoadOptions& o,
+             uint64_t n) {
+  using SteadyClock = std::chrono::steady_clock;
+  std::atomic<uint64_t> next{0};
+  std::atomic<uint64_t> ok{0};
+  std::mutex mu;
+  std::map<std::string, uint64_t> errors;
+  const auto start = SteadyClock::now();
+  std::vector<std::thread> callers;
+  for (int c = 0; c < o.concurrency; ++c) {
+    callers.emplace_back([&, c] {
+      while (true) {
+        const uint64_t seq = next.fetch_add(1);
+        if (seq >= n) return;
+        v1::SubmitRequest req;
+        req.set_gid(absl::StrCat("bench-", o.run_id, "-", seq));
+        req.set_created_at_ms(
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count());
+        req.set_revision(1);
+        req.set_try_timeout_ms(o.try_timeout_ms);
+        req.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+        const auto legs = planner.Plan(seq);
+        for (size_t i = 0; i < legs.size(); ++i) {
+          v1::BranchSpec* b = req.add_branches();
+          b->set_branch_id(absl::StrCat("b", i));
+          b->set_participant(legs[i].participant);
+          b->set_action(legs[i].action);
+          b->set_payload(format.Encode(legs[i], o.payload_bytes));
+        }
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() +
+                             std::chrono::milliseconds(o.call_timeout_ms));
+        v1::SubmitResponse response;
+        grpc::Status st =
+            stubs[c % stubs.size()]->Submit(&context, req, &response);
+        if (st.ok()) {
+          ok.fetch_add(1);
+        } else {
+          std::lock_guard<std::mutex> lock(mu);
+          ++errors[absl::StrCat("code", static_cast<int>(st.error_code()))];
+        }
+      }
+    });
+  }
+  for (auto& t : callers) t.join();
+  const double elapsed =
+      std::chrono::duration<double>(SteadyClock::now() - start).count();
+  uint64_t error_count = 0;
+  std::vector<std::string> kinds;
+  for (const auto& [kind, count] : errors) {
+    error_count += count;
+    kinds.push_back(absl::StrCat(kind, "=", count));
+  }
+  std::printf(
+      "register: n=%llu ok=%llu errors=%llu elapsed_s=%.3f tps=%.1f%s%s\n",
+      static_cast<unsigned long long>(n),
+      static_cast<unsigned long long>(ok.load()),
+      static_cast<unsigned long long>(error_count), elapsed,
+      elapsed > 0 ? static_cast<double>(ok.load()) / elapsed : 0.0,
+      kinds.empty() ? "" : " ", absl::StrJoin(kinds, " ").c_str());
+  std::fflush(stdout);
+  return error_count == 0 ? 0 : 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -131,6 +209,7 @@ int main(int argc, char** argv) {
   std::string payload_format = "json";
   int channels = 1;
   double connect_timeout_s = 10;
+  uint64_t register_only = 0;
   o.run_id = RandomRunId();
 
   app.add_option("--target", target, "coordinator HOST:PORT")->required();
@@ -151,7 +230,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--payload-bytes", o.payload_bytes, "bytes per payload")
       ->capture_default_str();
-  app.add_option("--payload-format", payload_format, "payload encoding: json")
+  app.add_option("--register", register_only,
+                 "only register this many transactions (wait_for ACCEPTED), "
+                 "then exit");
+  app.add_option("--payload-format", payload_format,
+                 "payload encoding: json or bank")
       ->capture_default_str();
   app.add_option("--participants", participants,
                  "participant names, comma-separated; branch i goes to "
@@ -227,6 +310,9 @@ int main(int argc, char** argv) {
     stubs.push_back(owned.back().get());
   }
 
+  if (register_only > 0) {
+    return Register(stubs, *planner, **format, o, register_only);
+  }
   auto result = tcc::bench::RunLoad(stubs, *planner, **format, o);
   if (!result.ok()) {
     std::fprintf(stderr, "tcc-bench: %s\n", result.status().ToString().c_str());

@@ -65,6 +65,19 @@ TEST_CASE("json payloads are padded to the size asked, and stay JSON") {
   CHECK(!tcc::bench::MakePayloadFormat("xml").ok());
 }
 
+TEST_CASE("bank payloads are ACCOUNT:AMOUNT, padded by an ignored field") {
+  tcc::bench::BankPayloadFormat bank;
+  TransferLeg leg{"bank-a", "debit", 123, 1};
+  CHECK(bank.Encode(leg, 0) == "123:1");
+  CHECK(bank.Encode(leg, 6) == "123:1");  // no room for ":" and one byte
+  CHECK(bank.Encode(leg, 7) == "123:1:x");
+  const std::string padded = bank.Encode(leg, 100);
+  CHECK(padded.size() == 100);
+  CHECK(padded.rfind("123:1:xx", 0) == 0);
+  CHECK(bank.Encode(leg, 16384).size() == 16384);
+  CHECK(tcc::bench::MakePayloadFormat("bank").ok());
+}
+
 TEST_CASE("transfers balance, spread over accounts, and are reproducible") {
   auto planner =
       TransferPlanner::Create(TransferShape{4, {"bank-a", "bank-b"}, 10, 42});

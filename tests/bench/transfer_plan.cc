@@ -36,11 +36,22 @@ std::string JsonPayloadFormat::Encode(const TransferLeg& leg,
   return body;
 }
 
+std::string BankPayloadFormat::Encode(const TransferLeg& leg,
+                                      size_t payload_bytes) const {
+  std::string body = absl::StrCat(leg.account, ":", leg.amount);
+  if (body.size() + 2 <= payload_bytes) {
+    body.push_back(':');
+    body.append(payload_bytes - body.size(), 'x');
+  }
+  return body;
+}
+
 absl::StatusOr<std::unique_ptr<PayloadFormat>> MakePayloadFormat(
     const std::string& name) {
   if (name == "json") return std::make_unique<JsonPayloadFormat>();
+  if (name == "bank") return std::make_unique<BankPayloadFormat>();
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown payload format '", name, "' (known: json)"));
+      absl::StrCat("unknown payload format '", name, "' (known: json, bank)"));
 }
 
 absl::StatusOr<TransferPlanner> TransferPlanner::Create(TransferShape shape) {

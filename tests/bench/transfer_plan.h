@@ -47,7 +47,16 @@ class JsonPayloadFormat final : public PayloadFormat {
                      size_t payload_bytes) const override;
 };
 
-// By name: "json". INVALID_ARGUMENT for an unknown name.
+// The bank example's format: "ACCOUNT:AMOUNT" (the account as its number),
+// with an ignored third field ":xxx..." bringing it up to the requested size
+// when that is larger (the bank accepts "ACCOUNT:AMOUNT[:PADDING]").
+class BankPayloadFormat final : public PayloadFormat {
+ public:
+  std::string Encode(const TransferLeg& leg,
+                     size_t payload_bytes) const override;
+};
+
+// By name: "json" or "bank". INVALID_ARGUMENT for an unknown name.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<PayloadFormat>> MakePayloadFormat(
     const std::string& name);
 

@@ -62,10 +62,40 @@ ParticipantOp OpOf(wal::Phase phase) {
 
 GrpcTransport::GrpcTransport(ParticipantClient& client,
                              std::function<void(std::function<void()>)> post,
-                             bool allow_direct_targets)
+                             bool allow_direct_targets, int max_outstanding)
     : client_(client),
       post_(std::move(post)),
-      allow_direct_targets_(allow_direct_targets) {}
+      allow_direct_targets_(allow_direct_targets),
+      max_outstanding_(std::max(1, max_outstanding)) {}
+
+void GrpcTransport::Admit(const std::string& participant,
+                          std::function<void()> send) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Window& w = windows_[participant];
+    if (w.outstanding >= max_outstanding_) {
+      w.waiting.push_back(std::move(send));
+      return;
+    }
+    ++w.outstanding;
+  }
+  send();
+}
+
+void GrpcTransport::Release(const std::string& participant) {
+  std::function<void()> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Window& w = windows_[participant];
+    if (w.waiting.empty()) {
+      --w.outstanding;
+      return;
+    }
+    next = std::move(w.waiting.front());  // takes over the slot
+    w.waiting.pop_front();
+  }
+  next();
+}
 
 absl::Status GrpcTransport::Reachable(const std::string& participant) {
   if (client_.Has(participant)) return absl::OkStatus();
@@ -101,18 +131,29 @@ void GrpcTransport::Call(const runtime::BranchCall& call, int64_t timeout_ms,
   req.set_attempt(call.attempt);
   req.set_owner_epoch(call.owner_epoch);
   req.set_try_deadline_ms(call.try_deadline_ms);
-  client_.Call(
-      spec.participant, OpOf(call.phase), req, timeout_ms,
-      [done = std::move(done)](absl::StatusOr<tcc::v1::BranchResponse> reply) {
-        if (!reply.ok()) return done(reply.status());
-        auto outcome = OutcomeFromProto(reply->outcome());
-        if (!outcome.ok()) return done(outcome.status());
-        runtime::BranchAnswer answer;
-        answer.outcome = *outcome;
-        answer.replayed = reply->replayed();
-        answer.message = reply->message();
-        done(std::move(answer));
-      });
+  const std::string participant = spec.participant;
+  const ParticipantOp op = OpOf(call.phase);
+  Admit(participant, [this, participant, op, req = std::move(req), timeout_ms,
+                      done = std::move(done)]() mutable {
+    client_.Call(participant, op, req, timeout_ms,
+                 [this, participant, done = std::move(done)](
+                     absl::StatusOr<tcc::v1::BranchResponse> reply) {
+                   Release(participant);
+                   OnBranchReply(std::move(reply), done);
+                 });
+  });
+}
+
+void GrpcTransport::OnBranchReply(absl::StatusOr<tcc::v1::BranchResponse> reply,
+                                  const runtime::BranchDone& done) {
+  if (!reply.ok()) return done(reply.status());
+  auto outcome = OutcomeFromProto(reply->outcome());
+  if (!outcome.ok()) return done(outcome.status());
+  runtime::BranchAnswer answer;
+  answer.outcome = *outcome;
+  answer.replayed = reply->replayed();
+  answer.message = reply->message();
+  done(std::move(answer));
 }
 
 void GrpcTransport::Query(const runtime::QueryCall& query, int64_t timeout_ms,
@@ -125,21 +166,31 @@ void GrpcTransport::Query(const runtime::QueryCall& query, int64_t timeout_ms,
   req.mutable_key()->set_gid(query.gid);
   req.mutable_key()->set_created_at_ms(query.created_at_ms);
   req.mutable_key()->set_branch_id(query.branch_id);
-  client_.Query(
-      query.participant, req, timeout_ms,
-      [done = std::move(done)](absl::StatusOr<tcc::v1::QueryResponse> reply) {
-        if (!reply.ok()) return done(reply.status());
-        auto state = BarrierFromProto(reply->state());
-        if (!state.ok()) return done(state.status());
-        runtime::QueryAnswer answer;
-        answer.state = *state;
-        if (reply->branch_hash().size() == answer.branch_hash.size()) {
-          std::copy(reply->branch_hash().begin(), reply->branch_hash().end(),
-                    answer.branch_hash.begin());
-        }
-        answer.authoritative = reply->authoritative();
-        done(std::move(answer));
-      });
+  const std::string participant = query.participant;
+  Admit(participant, [this, participant, req = std::move(req), timeout_ms,
+                      done = std::move(done)]() mutable {
+    client_.Query(participant, req, timeout_ms,
+                  [this, participant, done = std::move(done)](
+                      absl::StatusOr<tcc::v1::QueryResponse> reply) {
+                    Release(participant);
+                    OnQueryReply(std::move(reply), done);
+                  });
+  });
+}
+
+void GrpcTransport::OnQueryReply(absl::StatusOr<tcc::v1::QueryResponse> reply,
+                                 const runtime::QueryDone& done) {
+  if (!reply.ok()) return done(reply.status());
+  auto state = BarrierFromProto(reply->state());
+  if (!state.ok()) return done(state.status());
+  runtime::QueryAnswer answer;
+  answer.state = *state;
+  if (reply->branch_hash().size() == answer.branch_hash.size()) {
+    std::copy(reply->branch_hash().begin(), reply->branch_hash().end(),
+              answer.branch_hash.begin());
+  }
+  answer.authoritative = reply->authoritative();
+  done(std::move(answer));
 }
 
 }  // namespace tcc::rpc

@@ -518,6 +518,13 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
 
   void SendCall(size_t s, const std::string& gid, Owner& o,
                 const core::CallEffect& c) {
+    // Recovery drills: `driver.before_try_send=error` keeps every Try in
+    // this process (as if it had crashed right after the registration was
+    // durable); `crash` kills it there. Off unless TCC_FAILPOINTS names it.
+    if (c.phase == wal::Phase::kTry &&
+        !failpoint::Eval("driver.before_try_send").ok()) {
+      return;
+    }
     const std::string participant = o.txn.branches[c.branch].spec.participant;
     const CallKind kind = KindOf(c.phase);
     std::weak_ptr<Impl> weak = weak_from_this();

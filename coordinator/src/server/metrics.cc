@@ -79,6 +79,15 @@ CoordinatorMetrics::CoordinatorMetrics(
                      .Name("tccd_wal_group_size")
                      .Help("Appends served by one WAL sync")
                      .Register(*registry_)),
+      wal_syncs_(BuildGauge()
+                     .Name("tccd_wal_syncs")
+                     .Help("WAL fsyncs since start (a counter, sampled)")
+                     .Register(*registry_)),
+      wal_synced_appends_(
+          BuildGauge()
+              .Name("tccd_wal_synced_appends")
+              .Help("Durable WAL appends completed since start (sampled)")
+              .Register(*registry_)),
       recovery_(BuildGauge()
                     .Name("tccd_recovery_transactions")
                     .Help("Recovery progress: total found, done")
@@ -147,6 +156,11 @@ void CoordinatorMetrics::WalSync(double latency_seconds, int64_t group_size) {
       .Add({}, Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256,
                                            512, 1024})
       .Observe(static_cast<double>(group_size));
+}
+
+void CoordinatorMetrics::SetWalTotals(uint64_t syncs, uint64_t synced_appends) {
+  wal_syncs_.Add({}).Set(static_cast<double>(syncs));
+  wal_synced_appends_.Add({}).Set(static_cast<double>(synced_appends));
 }
 
 void CoordinatorMetrics::SetRecovery(int64_t done, int64_t total) {

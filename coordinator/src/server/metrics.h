@@ -48,6 +48,10 @@ class CoordinatorMetrics {
   void SetStuckBranches(int64_t n);
   void SetInFlight(const std::string& state, int64_t n);
   void WalSync(double latency_seconds, int64_t group_size);
+  // The WAL's own counters (wal::LogStats), copied periodically: fsyncs and
+  // the durable appends they completed since start (their ratio over an
+  // interval is the mean group-commit size).
+  void SetWalTotals(uint64_t syncs, uint64_t synced_appends);
   void SetRecovery(int64_t done, int64_t total);
   // 0 closed, 1 half-open, 2 open.
   void SetBreakerState(const std::string& participant, int state);
@@ -68,6 +72,8 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& in_flight_;
   prometheus::Family<prometheus::Histogram>& wal_sync_;
   prometheus::Family<prometheus::Histogram>& wal_group_;
+  prometheus::Family<prometheus::Gauge>& wal_syncs_;
+  prometheus::Family<prometheus::Gauge>& wal_synced_appends_;
   prometheus::Family<prometheus::Gauge>& recovery_;
   prometheus::Family<prometheus::Gauge>& breaker_;
   prometheus::Family<prometheus::Counter>& alerts_;

@@ -49,7 +49,7 @@ class Server::Impl {
 
  private:
   void ScheduleRetention();
-  void ScheduleReconcile();
+  void ScheduleWalStats();
 };
 
 namespace {
@@ -195,15 +195,20 @@ absl::Status Server::Impl::Start(const Config& config,
     }
   }
   ScheduleRetention();
-  ScheduleReconcile();
+  ScheduleWalStats();
   return absl::OkStatus();
 }
 
-void Server::Impl::ScheduleReconcile() {
-  clock_->Schedule(1000, [this] {
+// The WAL counts its syncs and unfinished transactions itself (no callback
+// per sync): every 250 ms its counters go to /metrics and the exact
+// unfinished count resets the backend's in-flight count (so it cannot drift).
+void Server::Impl::ScheduleWalStats() {
+  clock_->Schedule(250, [this] {
     if (stopped_) return;
-    backend_->ReconcileInFlight(log_->Stats().unfinished);
-    ScheduleReconcile();
+    const wal::LogStats stats = log_->Stats();
+    metrics_->SetWalTotals(stats.syncs, stats.synced_appends);
+    backend_->ReconcileInFlight(stats.unfinished);
+    ScheduleWalStats();
   });
 }
 

@@ -40,11 +40,13 @@ struct Transfer {
   int64_t amount = 0;
 };
 
-// "ACCOUNT:AMOUNT", AMOUNT > 0.
+// "ACCOUNT:AMOUNT[:PADDING]", AMOUNT > 0. PADDING (anything without a ':')
+// is ignored: it lets a benchmark send payloads of a chosen size.
 std::optional<Transfer> ParsePayload(const std::string& payload) {
   std::vector<absl::string_view> parts = absl::StrSplit(payload, ':');
   Transfer t;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &t.account) ||
+  if (parts.size() < 2 || parts.size() > 3 ||
+      !absl::SimpleAtoi(parts[0], &t.account) ||
       !absl::SimpleAtoi(parts[1], &t.amount) || t.amount <= 0) {
     return std::nullopt;
   }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "barrier/internal/record_codec.h"
+#include "tcc/failpoint/failpoint.h"
 
 namespace tcc::barrier {
 namespace {
@@ -110,6 +111,16 @@ class RocksDbBarrierStore::Txn final : public RocksDbTxn {
           "local transaction already finished");
     }
     finished_ = true;
+    // Benchmarks of a slow disk (`barrier.before_synced_commit=sleep(1)`)
+    // stall each synced commit here, as a slower fsync would.
+    if (store_.options_.sync) {
+      if (absl::Status fp = failpoint::Eval("barrier.before_synced_commit");
+          !fp.ok()) {
+        rocksdb::Status ignored = txn_->Rollback();
+        (void)ignored;
+        return fp;
+      }
+    }
     rocksdb::Status s = txn_->Commit();
     if (!s.ok()) {
       rocksdb::Status ignored = txn_->Rollback();
