@@ -4,6 +4,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <condition_variable>
 #include <future>
@@ -182,4 +183,29 @@ TEST_CASE("status mapping keeps code and message both ways") {
   }
   CHECK(!tcc::rpc::IsTransient(absl::StatusCode::kFailedPrecondition));
   CHECK(!tcc::rpc::IsTransient(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_CASE(
+    "Shutdown cancels calls in flight, waits for their callbacks, "
+    "drops later calls") {
+  Server server;
+  ParticipantClient client;
+  REQUIRE(client.Add("p", "127.0.0.1:" + std::to_string(server.port)).ok());
+  std::atomic<int> callbacks{0};
+  absl::Status seen;
+  std::mutex mu;
+  for (int i = 0; i < 3; ++i) {
+    client.Call("p", ParticipantOp::kConfirm, Request(), 60000,
+                [&](absl::StatusOr<v1::BranchResponse> r) {
+                  std::lock_guard<std::mutex> lock(mu);
+                  seen = r.status();
+                  ++callbacks;
+                });
+  }
+  client.Shutdown(20000);
+  CHECK(callbacks == 3);  // every callback ran before Shutdown returned
+  CHECK(seen.code() == absl::StatusCode::kCancelled);
+  client.Call("p", ParticipantOp::kTry, Request(), 1000,
+              [&](absl::StatusOr<v1::BranchResponse>) { ++callbacks; });
+  CHECK(callbacks == 3);  // dropped, never called back
 }

@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "rpc/status_mapping.h"
 
@@ -63,12 +65,17 @@ void ParticipantClient::Call(const std::string& participant, ParticipantOp op,
   call->context.set_deadline(
       gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                    gpr_time_from_millis(timeout_ms, GPR_TIMESPAN)));
-  auto on_done = [call](grpc::Status status) {
+  if (!Begin(&call->context)) {
+    delete call;
+    return;
+  }
+  auto on_done = [this, call](grpc::Status status) {
     if (status.ok()) {
       call->done(std::move(call->response));
     } else {
       call->done(FromGrpc(status));
     }
+    End(&call->context);
     delete call;
   };
   switch (op) {
@@ -102,15 +109,41 @@ void ParticipantClient::Query(const std::string& participant,
   call->context.set_deadline(
       gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                    gpr_time_from_millis(timeout_ms, GPR_TIMESPAN)));
+  if (!Begin(&call->context)) {
+    delete call;
+    return;
+  }
   stub->async()->Query(&call->context, &call->request, &call->response,
-                       [call](grpc::Status status) {
+                       [this, call](grpc::Status status) {
                          if (status.ok()) {
                            call->done(std::move(call->response));
                          } else {
                            call->done(FromGrpc(status));
                          }
+                         End(&call->context);
                          delete call;
                        });
+}
+
+bool ParticipantClient::Begin(grpc::ClientContext* context) {
+  std::lock_guard<std::mutex> lock(calls_mu_);
+  if (stopping_) return false;
+  in_flight_.insert(context);
+  return true;
+}
+
+void ParticipantClient::End(grpc::ClientContext* context) {
+  std::lock_guard<std::mutex> lock(calls_mu_);
+  in_flight_.erase(context);
+  if (in_flight_.empty()) calls_cv_.notify_all();
+}
+
+void ParticipantClient::Shutdown(int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(calls_mu_);
+  stopping_ = true;
+  for (grpc::ClientContext* context : in_flight_) context->TryCancel();
+  calls_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                     [this] { return in_flight_.empty(); });
 }
 
 }  // namespace tcc::rpc

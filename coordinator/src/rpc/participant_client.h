@@ -11,11 +11,13 @@
 // callbacks run on gRPC's threads and must not block.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -55,11 +57,26 @@ class ParticipantClient {
              const tcc::v1::QueryRequest& request, int64_t timeout_ms,
              QueryReply done);
 
+  // For a stopping daemon: calls made from now on are dropped (their
+  // callbacks never run), calls in flight are cancelled, and this returns
+  // once every callback of a call in flight has returned (or after
+  // `timeout_ms`). Afterwards nothing the callbacks reference is touched.
+  void Shutdown(int64_t timeout_ms);
+
  private:
+  // Registers a call in flight; false when stopping (drop the call).
+  bool Begin(grpc::ClientContext* context);
+  void End(grpc::ClientContext* context);
+
   tcc::v1::Participant::Stub* Stub(const std::string& name) const;
 
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<tcc::v1::Participant::Stub>> stubs_;
+
+  std::mutex calls_mu_;
+  std::condition_variable calls_cv_;
+  std::set<grpc::ClientContext*> in_flight_;
+  bool stopping_ = false;
 };
 
 }  // namespace tcc::rpc

@@ -237,6 +237,9 @@ absl::Status Server::Impl::Stop() {
   // the io_context itself until the WAL's writer (which may still post
   // completions) is gone.
   if (threads_) threads_->Stop();
+  // Participant calls still in flight would call back into the transport,
+  // the metrics and the driver: cancel them and wait for their callbacks.
+  if (client_) client_->Shutdown(5000);
   driver_.reset();
   absl::Status failure = log_ ? log_->failure() : absl::OkStatus();
   log_.reset();  // completes every queued append, then closes
