@@ -50,18 +50,18 @@ tcc::v1::Participant::Stub* ParticipantClient::Stub(
   return it == stubs_.end() ? nullptr : it->second.get();
 }
 
-void ParticipantClient::Call(const std::string& participant, ParticipantOp op,
-                             const tcc::v1::BranchRequest& request,
-                             int64_t timeout_ms, BranchReply done) {
+template <typename Request, typename Response, typename Reply, typename Start>
+void ParticipantClient::Send(const std::string& participant,
+                             const Request& request, int64_t timeout_ms,
+                             Reply done, Start start) {
   tcc::v1::Participant::Stub* stub = Stub(participant);
   if (stub == nullptr) {
     done(absl::NotFoundError(
         absl::StrCat("no participant named ", participant)));
     return;
   }
-  using Call =
-      PendingCall<tcc::v1::BranchRequest, tcc::v1::BranchResponse, BranchReply>;
-  auto* call = new Call{{}, request, {}, std::move(done)};
+  using Pending = PendingCall<Request, Response, Reply>;
+  auto* call = new Pending{{}, request, {}, std::move(done)};
   call->context.set_deadline(
       gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                    gpr_time_from_millis(timeout_ms, GPR_TIMESPAN)));
@@ -69,60 +69,47 @@ void ParticipantClient::Call(const std::string& participant, ParticipantOp op,
     delete call;
     return;
   }
-  auto on_done = [this, call](grpc::Status status) {
-    if (status.ok()) {
-      call->done(std::move(call->response));
-    } else {
-      call->done(FromGrpc(status));
-    }
-    End(&call->context);
-    delete call;
-  };
-  switch (op) {
-    case ParticipantOp::kTry:
-      stub->async()->Try(&call->context, &call->request, &call->response,
-                         on_done);
-      break;
-    case ParticipantOp::kConfirm:
-      stub->async()->Confirm(&call->context, &call->request, &call->response,
-                             on_done);
-      break;
-    case ParticipantOp::kCancel:
-      stub->async()->Cancel(&call->context, &call->request, &call->response,
-                            on_done);
-      break;
-  }
+  start(stub->async(), &call->context, &call->request, &call->response,
+        [this, call](grpc::Status status) {
+          if (status.ok()) {
+            call->done(std::move(call->response));
+          } else {
+            call->done(FromGrpc(status));
+          }
+          End(&call->context);
+          delete call;
+        });
+}
+
+void ParticipantClient::Call(const std::string& participant, ParticipantOp op,
+                             const tcc::v1::BranchRequest& request,
+                             int64_t timeout_ms, BranchReply done) {
+  Send<tcc::v1::BranchRequest, tcc::v1::BranchResponse>(
+      participant, request, timeout_ms, std::move(done),
+      [op](auto* async, grpc::ClientContext* ctx,
+           const tcc::v1::BranchRequest* req, tcc::v1::BranchResponse* resp,
+           std::function<void(grpc::Status)> on_done) {
+        switch (op) {
+          case ParticipantOp::kTry:
+            return async->Try(ctx, req, resp, std::move(on_done));
+          case ParticipantOp::kConfirm:
+            return async->Confirm(ctx, req, resp, std::move(on_done));
+          case ParticipantOp::kCancel:
+            return async->Cancel(ctx, req, resp, std::move(on_done));
+        }
+      });
 }
 
 void ParticipantClient::Query(const std::string& participant,
                               const tcc::v1::QueryRequest& request,
                               int64_t timeout_ms, QueryReply done) {
-  tcc::v1::Participant::Stub* stub = Stub(participant);
-  if (stub == nullptr) {
-    done(absl::NotFoundError(
-        absl::StrCat("no participant named ", participant)));
-    return;
-  }
-  using Call =
-      PendingCall<tcc::v1::QueryRequest, tcc::v1::QueryResponse, QueryReply>;
-  auto* call = new Call{{}, request, {}, std::move(done)};
-  call->context.set_deadline(
-      gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                   gpr_time_from_millis(timeout_ms, GPR_TIMESPAN)));
-  if (!Begin(&call->context)) {
-    delete call;
-    return;
-  }
-  stub->async()->Query(&call->context, &call->request, &call->response,
-                       [this, call](grpc::Status status) {
-                         if (status.ok()) {
-                           call->done(std::move(call->response));
-                         } else {
-                           call->done(FromGrpc(status));
-                         }
-                         End(&call->context);
-                         delete call;
-                       });
+  Send<tcc::v1::QueryRequest, tcc::v1::QueryResponse>(
+      participant, request, timeout_ms, std::move(done),
+      [](auto* async, grpc::ClientContext* ctx,
+         const tcc::v1::QueryRequest* req, tcc::v1::QueryResponse* resp,
+         std::function<void(grpc::Status)> on_done) {
+        async->Query(ctx, req, resp, std::move(on_done));
+      });
 }
 
 bool ParticipantClient::Begin(grpc::ClientContext* context) {

@@ -64,6 +64,11 @@ class ParticipantClient {
   void Shutdown(int64_t timeout_ms);
 
  private:
+  // One unary call: deadline, registration, the reply handed to `done`.
+  template <typename Request, typename Response, typename Reply, typename Start>
+  void Send(const std::string& participant, const Request& request,
+            int64_t timeout_ms, Reply done, Start start);
+
   // Registers a call in flight; false when stopping (drop the call).
   bool Begin(grpc::ClientContext* context);
   void End(grpc::ClientContext* context);
