@@ -31,14 +31,15 @@ stop_all() {
 trap stop_all EXIT
 trap 'echo; echo "stopping"; exit 0' INT TERM
 
-# Starts a server in the background and prints the port of its
-# "listening on HOST:PORT" line (waits up to 30 s).
+# Starts a server in the background (in this shell, so that stop_all knows
+# its pid) and sets `port` from its "listening on HOST:PORT" line (waits up to
+# 30 s).
 start() {
   local log=$1
   shift
   "$@" >"$log" 2>&1 &
   pids+=($!)
-  local port=""
+  port=""
   for _ in $(seq 300); do
     port=$(grep -oP '^listening on 127\.0\.0\.1:\K[0-9]+$' "$log" || true)
     [ -n "$port" ] && break
@@ -50,20 +51,22 @@ start() {
     cat "$log" >&2
     exit 1
   fi
-  echo "$port"
 }
 
-port_a=$(start "$demo_dir/bank-a.log" "$bin_bank" --name bank-a \
+start "$demo_dir/bank-a.log" "$bin_bank" --name bank-a \
   --listen 127.0.0.1:0 --data-dir "$demo_dir/bank-a" --accounts 10 \
-  --initial-balance 100)
-port_b=$(start "$demo_dir/bank-b.log" "$bin_bank" --name bank-b \
+  --initial-balance 100
+port_a=$port
+start "$demo_dir/bank-b.log" "$bin_bank" --name bank-b \
   --listen 127.0.0.1:0 --data-dir "$demo_dir/bank-b" --accounts 10 \
-  --initial-balance 100)
-port_t=$(start "$demo_dir/tccd.log" "$bin_tccd" --config config/tccd.yaml \
+  --initial-balance 100
+port_b=$port
+start "$demo_dir/tccd.log" "$bin_tccd" --config config/tccd.yaml \
   --data-dir "$demo_dir/tccd" --listen 127.0.0.1:0 \
   --metrics-listen 127.0.0.1:0 \
   --participant "bank-a=127.0.0.1:$port_a" \
-  --participant "bank-b=127.0.0.1:$port_b")
+  --participant "bank-b=127.0.0.1:$port_b"
+port_t=$port
 metrics=$(grep -oP '^metrics: \K.*' "$demo_dir/tccd.log" || true)
 
 echo "tccd on 127.0.0.1:$port_t (WAL in $demo_dir/tccd, fsync on)"
