@@ -8,95 +8,57 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <cstdio>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bank.grpc.pb.h"
+#include "harness/process.h"
 #include "tcc/v1/participant.grpc.pb.h"
-
-extern char** environ;
 
 namespace tcc::testing {
 
 class BankProcess {
  public:
-  // Starts `TCC_BANK_BIN args...`; TCC_FAILPOINTS is set to `failpoints`
-  // (and removed from the environment when empty).
+  // Starts `TCC_BANK_BIN args...` (tests/harness/process.h does the process
+  // work); TCC_FAILPOINTS is set to `failpoints` (empty: none enabled).
   BankProcess(const std::vector<std::string>& args,
               const std::string& failpoints = "") {
-    std::vector<std::string> argv_s = {TCC_BANK_BIN};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<std::string> env_s;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (std::strncmp(*e, "TCC_FAILPOINTS=", 15) != 0) env_s.push_back(*e);
+    std::vector<std::string> argv = {TCC_BANK_BIN};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto process = harness::Process::Start(harness::ProcessOptions{
+        argv, {{"TCC_FAILPOINTS", failpoints}}, "", "tcc-bank"});
+    REQUIRE(process.ok());
+    process_ = std::move(*process);
+    auto port = process_->WaitForListening(30000);
+    INFO(port.status().ToString());
+    REQUIRE(port.ok());
+    port_ = *port;
+    // Printed before "listening on" when --metrics-listen is given.
+    const std::string output = process_->Output();
+    if (const size_t at = output.find("metrics on "); at != std::string::npos) {
+      const size_t eol = output.find('\n', at);
+      const std::string line = output.substr(at, eol - at);
+      metrics_port_ = std::stoi(line.substr(line.rfind(':') + 1));
     }
-    if (!failpoints.empty()) env_s.push_back("TCC_FAILPOINTS=" + failpoints);
-    std::vector<char*> argv, envp;
-    for (auto& s : argv_s) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    for (auto& s : env_s) envp.push_back(s.data());
-    envp.push_back(nullptr);
-
-    int fds[2];
-    REQUIRE(pipe(fds) == 0);
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      dup2(fds[1], STDOUT_FILENO);
-      close(fds[0]);
-      close(fds[1]);
-      execve(argv[0], argv.data(), envp.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    out_ = fdopen(fds[0], "r");
-    REQUIRE(out_ != nullptr);
-    char line[256];
-    while (std::fgets(line, sizeof line, out_) != nullptr) {
-      std::string s(line);
-      if (s.rfind("metrics on ", 0) == 0) {
-        metrics_port_ = std::stoi(s.substr(s.rfind(':') + 1));
-        continue;
-      }
-      const std::string prefix = "listening on ";
-      if (s.rfind(prefix, 0) == 0) {
-        port_ = std::stoi(s.substr(s.rfind(':') + 1));
-        break;
-      }
-    }
-    REQUIRE(port_ > 0);
     auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
                                        grpc::InsecureChannelCredentials());
     participant_ = v1::Participant::NewStub(channel);
     bank_ = examples::bank::Bank::NewStub(channel);
   }
 
-  ~BankProcess() {
-    if (pid_ > 0 && !exited_) {
-      kill(pid_, SIGKILL);
-      int ignored;
-      waitpid(pid_, &ignored, 0);
-    }
-    if (out_ != nullptr) std::fclose(out_);
-  }
-
   // Waits for the process to end; returns its wait status.
   int WaitExit() {
-    int status = 0;
-    REQUIRE(waitpid(pid_, &status, 0) == pid_);
-    exited_ = true;
-    return status;
+    auto status = process_->Wait(60000);
+    REQUIRE(status.ok());
+    return *status;
   }
   // SIGTERM, then waits; returns the wait status.
   int Terminate() {
-    REQUIRE(kill(pid_, SIGTERM) == 0);
+    process_->Signal(SIGTERM);
     return WaitExit();
   }
 
@@ -127,9 +89,7 @@ class BankProcess {
   examples::bank::Bank::Stub& bank() { return *bank_; }
 
  private:
-  pid_t pid_ = -1;
-  bool exited_ = false;
-  FILE* out_ = nullptr;
+  std::unique_ptr<harness::Process> process_;
   int port_ = 0;
   int metrics_port_ = 0;
   std::unique_ptr<v1::Participant::Stub> participant_;
