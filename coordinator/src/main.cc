@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::string data_dir, listen, admin_listen, metrics_listen, log_level,
       log_format;
+  std::string admin_token_file;
   std::vector<std::string> participants;
   bool allow_direct_targets = false;
   bool version = false;
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
   app.add_option("--admin-listen", admin_listen, "overrides admin_listen");
   app.add_option("--metrics-listen", metrics_listen,
                  "overrides metrics_listen ('off' turns metrics off)");
+  app.add_option("--admin-token-file", admin_token_file,
+                 "overrides admin.token_file");
   app.add_option("--log-level", log_level, "overrides log.level");
   app.add_option("--log-format", log_format, "overrides log.format");
   app.add_option(
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
   if (!metrics_listen.empty()) {
     config.metrics_listen = metrics_listen == "off" ? "" : metrics_listen;
   }
+  if (!admin_token_file.empty()) config.admin.token_file = admin_token_file;
   if (!log_level.empty()) config.log.level = log_level;
   if (!log_format.empty()) config.log.format = log_format;
   if (allow_direct_targets) config.allow_direct_targets = true;

@@ -105,11 +105,76 @@ TEST_CASE("bad values are refused, naming the key") {
   CHECK(ErrorOf("a: [").find("not valid YAML") != std::string::npos);
 }
 
-TEST_CASE("TLS to participants is refused until it is implemented") {
+TEST_CASE("participant TLS keys") {
+  auto c = ParseConfig(
+      "participants:\n  a:\n    address: h:1\n    tls:\n"
+      "      enabled: true\n      ca_file: ca.pem\n      cert_file: c.pem\n"
+      "      key_file: k.pem\n      server_name: bank-a.internal\n",
+      "t.yaml");
+  REQUIRE(c.ok());
+  const auto& p = c->participants.at("a");
+  CHECK(p.tls);
+  CHECK(p.tls_ca_file == "ca.pem");
+  CHECK(p.tls_cert_file == "c.pem");
+  CHECK(p.tls_key_file == "k.pem");
+  CHECK(p.tls_server_name == "bank-a.internal");
   CHECK(ErrorOf("participants:\n  a:\n    address: h:1\n    tls:\n"
-                "      enabled: true\n")
-            .find("participants.a.tls.enabled: TLS to participants is not "
-                  "implemented") != std::string::npos);
+                "      ca_file: ca.pem\n")
+            .find("enabled is false") != std::string::npos);
+  CHECK(ErrorOf("participants:\n  a:\n    address: h:1\n    tls:\n"
+                "      enabled: true\n      cert_file: c.pem\n")
+            .find("cert_file and key_file go together") != std::string::npos);
+}
+
+TEST_CASE("listener TLS: plaintext must be said off loopback") {
+  CHECK(ParseConfig("listen: 127.0.0.1:1\n", "t.yaml").ok());
+  CHECK(ParseConfig("listen: localhost:1\n", "t.yaml").ok());
+  CHECK(ParseConfig("listen: '[::1]:1'\n", "t.yaml").ok());
+  CHECK(ErrorOf("listen: 0.0.0.0:7070\n").find("tls.mode: required") !=
+        std::string::npos);
+  CHECK(
+      ParseConfig("listen: 0.0.0.0:7070\ntls: {mode: plaintext}\n", "t").ok());
+  CHECK(ErrorOf("tls: {mode: tls}\n").find("needs cert_file and key_file") !=
+        std::string::npos);
+  CHECK(ErrorOf("tls: {mode: mtls, cert_file: c, key_file: k}\n")
+            .find("tls.client_ca_file: required in mtls mode") !=
+        std::string::npos);
+  CHECK(ErrorOf("tls: {mode: tcp}\n").find("tls.mode: must be one of") !=
+        std::string::npos);
+  CHECK(
+      ErrorOf("tls: {cert_file: c, key_file: k}\n").find("mode is plaintext") !=
+      std::string::npos);
+  CHECK(ErrorOf("admin_listen: 10.0.0.1:7071\n")
+            .find("admin.tls.mode: required") != std::string::npos);
+  CHECK(ErrorOf("admin: {tls: {mode: tls, cert_file: c, key_file: k}}\n")
+            .find("applies only with admin_listen") != std::string::npos);
+  auto c = ParseConfig(
+      "admin_listen: 10.0.0.1:7071\n"
+      "admin:\n  tls: {mode: mtls, cert_file: c, key_file: k, "
+      "client_ca_file: ca}\n  client_identities: [alice, ops-bot]\n",
+      "t");
+  REQUIRE(c.ok());
+  CHECK(c->admin.client_identities ==
+        std::vector<std::string>{"alice", "ops-bot"});
+  CHECK(tcc::server::EffectiveAdminTls(*c).mode == "mtls");
+  CHECK(ErrorOf("admin: {client_identities: [alice]}\n")
+            .find("needs the admin listener in mtls mode") !=
+        std::string::npos);
+}
+
+TEST_CASE("admin and rate-limit keys") {
+  auto c = ParseConfig(
+      "admin: {token_file: /etc/tccd/tokens, approval_ttl_ms: 60000}\n"
+      "limits: {client_requests_per_s: 100, client_burst: 200}\n",
+      "t");
+  REQUIRE(c.ok());
+  CHECK(c->admin.token_file == "/etc/tccd/tokens");
+  CHECK(c->admin.approval_ttl_ms == 60000);
+  CHECK(c->limits.client_requests_per_s == 100);
+  CHECK(c->limits.client_burst == 200);
+  CHECK(ErrorOf("admin: {approval_ttl_ms: 90000000, max_approval_ttl_ms: "
+                "60000}\n")
+            .find("approval_ttl_ms: must be <=") != std::string::npos);
 }
 
 TEST_CASE("--participant flag") {

@@ -79,6 +79,19 @@ class MapReader {
     *out = static_cast<Int>(v);
   }
 
+  void StringList(std::string_view key, std::vector<std::string>* out) {
+    YAML::Node n = Child(key);
+    if (!ok() || !n.IsDefined() || n.IsNull()) return;
+    if (!n.IsSequence()) return Fail(Key(key), "must be a list of strings");
+    out->clear();
+    for (const auto& item : n) {
+      if (!item.IsScalar() || item.Scalar().empty()) {
+        return Fail(Key(key), "must be a list of non-empty strings");
+      }
+      out->push_back(item.Scalar());
+    }
+  }
+
   void OneOf(std::string_view key, std::string* out,
              std::initializer_list<const char*> allowed) {
     String(key, out);
@@ -128,6 +141,19 @@ void ReadBounds(MapReader& parent, std::string_view key, TimeoutBounds* b,
   r.RejectUnknown();
 }
 
+void ReadListenerTls(MapReader& parent, std::string_view key,
+                     ListenerTlsConfig* t, absl::Status* error) {
+  MapReader r(parent.Child(key), parent.Key(key), error);
+  r.String("mode", &t->mode);
+  if (r.ok() && !t->mode.empty()) {
+    r.OneOf("mode", &t->mode, {"plaintext", "tls", "mtls"});
+  }
+  r.String("cert_file", &t->cert_file);
+  r.String("key_file", &t->key_file);
+  r.String("client_ca_file", &t->client_ca_file);
+  r.RejectUnknown();
+}
+
 void ReadParticipant(const std::string& name, const YAML::Node& node,
                      const std::string& path, const TimeoutBounds& defaults,
                      ParticipantConfig* p, absl::Status* error) {
@@ -154,6 +180,7 @@ void ReadParticipant(const std::string& name, const YAML::Node& node,
     t.String("ca_file", &p->tls_ca_file);
     t.String("cert_file", &p->tls_cert_file);
     t.String("key_file", &p->tls_key_file);
+    t.String("server_name", &p->tls_server_name);
     t.RejectUnknown();
   }
   r.RejectUnknown();
@@ -194,7 +221,52 @@ absl::Status ValidateBounds(const std::string& key, const TimeoutBounds& b) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateListenerTls(const std::string& key,
+                                 const ListenerTlsConfig& t,
+                                 const std::string& address) {
+  if (t.mode.empty() && !IsLoopbackAddress(address)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, ".mode: required for ", address,
+        " (not a loopback address): say tls or mtls, or plaintext to accept "
+        "unencrypted, unauthenticated traffic"));
+  }
+  if (t.mode == "tls" || t.mode == "mtls") {
+    if (t.cert_file.empty() || t.key_file.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          key, ": mode ", t.mode, " needs cert_file and key_file"));
+    }
+  }
+  if (t.mode == "mtls" && t.client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ".client_ca_file: required in mtls mode"));
+  }
+  if (t.mode != "mtls" && !t.client_ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ".client_ca_file: only for mode mtls"));
+  }
+  if ((t.mode.empty() || t.mode == "plaintext") &&
+      !(t.cert_file.empty() && t.key_file.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, ": cert_file/key_file set but mode is plaintext; say tls"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+bool IsLoopbackAddress(std::string_view address) {
+  const size_t colon = address.rfind(':');
+  std::string_view host =
+      colon == std::string_view::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+const ListenerTlsConfig& EffectiveAdminTls(const Config& config) {
+  return config.admin_listen.empty() ? config.tls : config.admin.tls;
+}
 
 absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
                                    std::string_view source) {
@@ -215,6 +287,18 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
   top.Bool("allow_direct_targets", &c.allow_direct_targets);
   top.Bool("sync_writes", &c.sync_writes);
   top.Integer("shards", &c.shards, 0, 256);
+
+  ReadListenerTls(top, "tls", &c.tls, &error);
+  {
+    MapReader r(top.Child("admin"), top.Key("admin"), &error);
+    r.String("token_file", &c.admin.token_file);
+    r.StringList("client_identities", &c.admin.client_identities);
+    ReadListenerTls(r, "tls", &c.admin.tls, &error);
+    r.Integer("approval_ttl_ms", &c.admin.approval_ttl_ms, 1000, 7 * kDay);
+    r.Integer("max_approval_ttl_ms", &c.admin.max_approval_ttl_ms, 1000,
+              7 * kDay);
+    r.RejectUnknown();
+  }
 
   TimeoutBounds default_bounds;
   {
@@ -283,6 +367,9 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
     r.Integer("max_in_flight", &c.limits.max_in_flight, 1, 100000000);
     r.Integer("max_watch_streams", &c.limits.max_watch_streams, 0, 1000000);
     r.Integer("max_list_page", &c.limits.max_list_page, 1, 100000);
+    r.Integer("client_requests_per_s", &c.limits.client_requests_per_s, 0,
+              10000000);
+    r.Integer("client_burst", &c.limits.client_burst, 0, 100000000);
     r.RejectUnknown();
   }
   {
@@ -339,17 +426,45 @@ absl::Status ValidateConfig(const Config& c) {
   if (c.data_dir.empty()) {
     return absl::InvalidArgumentError("data_dir: required");
   }
+  if (absl::Status s = ValidateListenerTls("tls", c.tls, c.listen); !s.ok()) {
+    return s;
+  }
+  if (!c.admin_listen.empty()) {
+    if (absl::Status s =
+            ValidateListenerTls("admin.tls", c.admin.tls, c.admin_listen);
+        !s.ok()) {
+      return s;
+    }
+  } else if (!c.admin.tls.mode.empty()) {
+    return absl::InvalidArgumentError(
+        "admin.tls: applies only with admin_listen set (the admin API is "
+        "served on `listen` with `tls`)");
+  }
+  if (!c.admin.client_identities.empty() &&
+      EffectiveAdminTls(c).mode != "mtls") {
+    return absl::InvalidArgumentError(
+        "admin.client_identities: needs the admin listener in mtls mode");
+  }
+  if (c.admin.approval_ttl_ms > c.admin.max_approval_ttl_ms) {
+    return absl::InvalidArgumentError(
+        "admin.approval_ttl_ms: must be <= max_approval_ttl_ms");
+  }
   for (const auto& [name, p] : c.participants) {
     const std::string key = absl::StrCat("participants.", name);
     if (absl::Status s = ValidateAddress(key + ".address", p.address, false);
         !s.ok()) {
       return s;
     }
-    if (p.tls) {
+    if (!p.tls && !(p.tls_ca_file.empty() && p.tls_cert_file.empty() &&
+                    p.tls_key_file.empty() && p.tls_server_name.empty())) {
       return absl::InvalidArgumentError(absl::StrCat(
           key,
-          ".tls.enabled: TLS to participants is not implemented yet; "
-          "plaintext only"));
+          ".tls: files are set but enabled is false; say enabled: true "
+          "or remove them"));
+    }
+    if (p.tls_cert_file.empty() != p.tls_key_file.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          key, ".tls: cert_file and key_file go together (mutual TLS)"));
     }
     const std::pair<const char*, const TimeoutBounds*> bounds[] = {
         {"try", &p.try_timeout},

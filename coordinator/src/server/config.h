@@ -35,12 +35,45 @@ struct ParticipantConfig {
   TimeoutBounds confirm_timeout;
   TimeoutBounds cancel_timeout;
   TimeoutBounds query_timeout;
-  // TLS to the participant (mutual TLS when cert and key are set). Empty ca
-  // file with tls off: plaintext.
+  // TLS to the participant: the participant's certificate must chain to
+  // tls_ca_file (empty: the system roots) and name tls_server_name (empty: the
+  // address's host). Mutual TLS when cert and key are set. Off: plaintext.
   bool tls = false;
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
+  std::string tls_server_name;
+};
+
+// TLS on one of tccd's listeners.
+//   plaintext  no TLS. Allowed without saying so only on a loopback address
+//              (127.0.0.0/8, ::1, localhost); logged as a warning at start.
+//   tls        server certificate only.
+//   mtls       clients must present a certificate chaining to client_ca_file;
+//              its identity names the client (rate limits, admin identities).
+// Empty mode: plaintext on loopback, refused elsewhere.
+struct ListenerTlsConfig {
+  std::string mode;  // "", "plaintext", "tls", "mtls"
+  std::string cert_file;
+  std::string key_file;
+  std::string client_ca_file;
+};
+
+// Who may call tcc.v1.Admin (DESIGN.md section 10). With neither set, every
+// admin call is refused (UNAUTHENTICATED).
+struct AdminConfig {
+  // Bearer tokens: a file of `NAME TOKEN` lines (NAME is the identity logged
+  // and recorded as an approval's issuer; '#' starts a comment). Read at
+  // start; the file must not be readable by group or others.
+  std::string token_file;
+  // TLS client-certificate identities (subject CN or a DNS/URI SAN) allowed
+  // as admins; needs the admin listener in mtls mode.
+  std::vector<std::string> client_identities;
+  // TLS of the admin listener when admin_listen is set (else `tls` applies).
+  ListenerTlsConfig tls;
+  // Validity of an approval when IssueApproval gives none, and the most.
+  int64_t approval_ttl_ms = 15 * 60 * 1000;
+  int64_t max_approval_ttl_ms = 24LL * 3600 * 1000;
 };
 
 struct RetryConfig {
@@ -69,6 +102,11 @@ struct LimitsConfig {
   uint64_t max_in_flight = 100000;           // unfinished transactions
   uint32_t max_watch_streams = 1000;
   uint32_t max_list_page = 1000;
+  // Coordinator calls per second per client identity (mTLS certificate
+  // identity, else the peer's IP address): a token bucket of this rate and
+  // `client_burst` capacity. 0: no limit. Excess: RESOURCE_EXHAUSTED.
+  uint32_t client_requests_per_s = 0;
+  uint32_t client_burst = 0;  // 0: one second's worth
 };
 
 struct RetentionConfig {
@@ -91,6 +129,8 @@ struct Config {
   bool allow_direct_targets = false;  // branches naming "host:port" directly
   bool sync_writes = true;            // fsync the WAL (never off in prod)
   uint32_t shards = 0;                // 0: one per core
+  ListenerTlsConfig tls;              // the client listener (`listen`)
+  AdminConfig admin;
   std::map<std::string, ParticipantConfig> participants;
   RetryConfig retry;
   CircuitBreakerConfig circuit_breaker;
@@ -110,6 +150,13 @@ struct Config {
 
 // Checks cross-field rules (addresses look like host:port, bounds ordered...).
 [[nodiscard]] absl::Status ValidateConfig(const Config& config);
+
+// True for 127.0.0.0/8, ::1 and localhost (host:port or bare host).
+bool IsLoopbackAddress(std::string_view address);
+
+// The TLS settings the admin API is served with: `admin.tls` when
+// admin_listen is set, else the client listener's `tls`.
+const ListenerTlsConfig& EffectiveAdminTls(const Config& config);
 
 // Applies a `--participant NAME=HOST:PORT` flag value.
 [[nodiscard]] absl::Status AddParticipantFlag(Config& config,
