@@ -1164,8 +1164,8 @@ absl::Status Stepper::On(const ResolveBranchEvent& e) {
   for (const auto& p : t_.pending) {  // a resolve in flight: one wins
     if (p.purpose == PersistPurpose::kBranchResolved &&
         p.branch == static_cast<uint32_t>(idx)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "branch ", e.branch_id, " is already being resolved"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("branch ", e.branch_id, " is already being resolved"));
     }
   }
   wal::BranchResolved r;
