@@ -589,7 +589,11 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
           self->OnShard(gid, [gid, c, participant, kind, start,
                               a = std::move(a)](Impl& me, size_t sh) {
             const bool reached = a.ok() || !IsTransient(a.status().code());
-            if (a.ok()) {
+            // A timed-out call took at least this long: counting it lets the
+            // timeout grow on a link that became slow and stays slow (else
+            // no call would ever answer in time to teach it).
+            if (a.ok() ||
+                a.status().code() == absl::StatusCode::kDeadlineExceeded) {
               me.timeouts_.Observe(participant, kind,
                                    me.clock_.MonotonicMs() - start);
             }
@@ -639,7 +643,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
           self->OnShard(gid, [gid, fail, participant, start, a = std::move(a)](
                                  Impl& me, size_t sh) {
             const bool reached = a.ok() || !IsTransient(a.status().code());
-            if (a.ok()) {
+            if (a.ok() ||
+                a.status().code() == absl::StatusCode::kDeadlineExceeded) {
               me.timeouts_.Observe(participant, CallKind::kQuery,
                                    me.clock_.MonotonicMs() - start);
             }
