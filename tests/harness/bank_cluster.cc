@@ -174,6 +174,13 @@ absl::StatusOr<std::string> BankCluster::WriteTlsTccdConfig() {
   if (options_.tls.listener_mode == "mtls") {
     absl::StrAppend(&yaml, "  client_ca_file: ", q(pki_->ca_file()), "\n");
   }
+  if (options_.tls.admin_listener) {
+    absl::StrAppend(
+        &yaml, "admin_listen: 127.0.0.1:0\nadmin:\n  tls:\n",
+        "    mode: mtls\n    cert_file: ", q(pki_->server().cert_file),
+        "\n    key_file: ", q(pki_->server().key_file),
+        "\n    client_ca_file: ", q(pki_->ca_file()), "\n");
+  }
   absl::StrAppend(&yaml, "participants:\n");
   for (const auto& name : options_.banks) {
     const auto ca = options_.tls.participant_ca_file.find(name);

@@ -36,6 +36,9 @@ struct ClusterTls {
   // Per bank: the CA tccd trusts for it instead of the PKI's (to test a
   // wrong one). Applies at tccd's next start.
   std::map<std::string, std::string> participant_ca_file;
+  // Serve the admin API on its own port (admin_listen 127.0.0.1:0, printed
+  // as "admin port N") in mutual TLS with the PKI's server certificate and CA.
+  bool admin_listener = false;
 };
 
 struct ClusterOptions {

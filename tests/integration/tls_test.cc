@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bank_cluster.h"
+#include "tcc/v1/admin.grpc.pb.h"
 #include "tcc/v1/participant.grpc.pb.h"
 #include "test_certs.h"
 
@@ -248,7 +249,9 @@ TEST_CASE(
     "its CA") {
   const std::string dir = TempDir("mtls");
   Cleanup cleanup{dir};
-  BankCluster c(TlsOptions(dir, "mtls"));
+  ClusterOptions o = TlsOptions(dir, "mtls");
+  o.tls.admin_listener = true;
+  BankCluster c(o);
   REQUIRE_OK(c.Start());
   const TestPki& pki = *c.pki();
 
@@ -270,6 +273,28 @@ TEST_CASE(
   auto plain = ClientWith(c.tccd_port(), grpc::InsecureChannelCredentials());
   CheckSubmitRefused(c, *plain, 4);
   CHECK_OK(c.CheckFinal({req.gid()}, 20000));
+
+  // The admin listener (admin.tls, mtls) lets no one in without a
+  // certificate from the CA; whoever it lets in gets an answer from the
+  // admin service (which may still refuse them: admin authentication).
+  auto admin_port = c.tccd()->WaitForLine("admin port ([0-9]+)", 5000);
+  REQUIRE(admin_port.ok());
+  auto admin_status = [&](std::shared_ptr<grpc::ChannelCredentials> creds) {
+    auto stub = v1::Admin::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", *admin_port), std::move(creds)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(3));
+    v1::StatusResponse resp;
+    return stub->Status(&ctx, v1::StatusRequest(), &resp).error_code();
+  };
+  CHECK(admin_status(grpc::InsecureChannelCredentials()) ==
+        grpc::StatusCode::UNAVAILABLE);
+  CHECK(admin_status(Tls(pki.ca_file())) == grpc::StatusCode::UNAVAILABLE);
+  CHECK(admin_status(Tls(pki.ca_file(), *foreign)) ==
+        grpc::StatusCode::UNAVAILABLE);
+  CHECK(admin_status(Tls(pki.ca_file(), *alice)) !=
+        grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_CASE(

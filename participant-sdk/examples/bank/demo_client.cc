@@ -242,8 +242,13 @@ int main(int argc, char** argv) {
   expect(ta.frozen() == 0 && tb.frozen() == 0 && ta.incoming() == 0 &&
              tb.incoming() == 0,
          "nothing frozen or pending");
-  std::printf("\nLook a transaction up: %s --tccd %s --get %s\n", argv[0],
-              tccd.c_str(), t1.gid().c_str());
+  std::string tls_flags;
+  if (!tls.ca_file.empty()) tls_flags += " --tls-ca " + tls.ca_file;
+  if (!tls.cert_file.empty()) {
+    tls_flags += " --tls-cert " + tls.cert_file + " --tls-key " + tls.key_file;
+  }
+  std::printf("\nLook a transaction up: %s --tccd %s%s --get %s\n", argv[0],
+              tccd.c_str(), tls_flags.c_str(), t1.gid().c_str());
   std::printf("demo: %s (%d unexpected)\n", failures == 0 ? "PASS" : "FAIL",
               failures);
   return failures == 0 ? 0 : 1;
