@@ -245,8 +245,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "mTLS client listener refuses clients without a certificate from "
-    "its CA") {
+    "mTLS client and admin listeners refuse clients without a certificate "
+    "from their CA") {
   const std::string dir = TempDir("mtls");
   Cleanup cleanup{dir};
   ClusterOptions o = TlsOptions(dir, "mtls");
