@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 #include "tcc/failpoint/failpoint.h"
+#include "tcc/tls/credentials.h"
 #include "tcc/v1/participant.grpc.pb.h"
 
 namespace tcc::participant {
@@ -93,9 +94,10 @@ void ParticipantServer::RegisterService(grpc::Service* service) {
 }
 
 absl::Status ParticipantServer::Start() {
+  auto credentials = ListenerCredentials();
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen_address,
-                           grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(options_.listen_address, *credentials, &port_);
   builder.RegisterService(service_.get());
   for (grpc::Service* s : extra_services_) builder.RegisterService(s);
   server_ = builder.BuildAndStart();
@@ -107,6 +109,27 @@ absl::Status ParticipantServer::Start() {
   spdlog::info("{}: participant server listening on {} (port {})",
                participant_.name(), options_.listen_address, port_);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
+ParticipantServer::ListenerCredentials() const {
+  const ParticipantServerOptions& o = options_;
+  if (o.tls_cert_file.empty() && o.tls_key_file.empty()) {
+    if (!o.tls_client_ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          "tls_client_ca_file: needs tls_cert_file and tls_key_file");
+    }
+    spdlog::warn(
+        "{}: participant listener {} is plaintext: anyone who can reach it "
+        "can call Try, Confirm and Cancel; give it a TLS certificate and a "
+        "client CA (mutual TLS)",
+        participant_.name(), o.listen_address);
+    return grpc::InsecureServerCredentials();
+  }
+  return tls::ServerCredentials({.cert_file = o.tls_cert_file,
+                                 .key_file = o.tls_key_file,
+                                 .client_ca_file = o.tls_client_ca_file},
+                                "tls_");
 }
 
 void ParticipantServer::Shutdown(std::chrono::milliseconds grace) {
