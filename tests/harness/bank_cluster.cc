@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace tcc::harness {
 namespace {
@@ -180,6 +181,12 @@ absl::StatusOr<std::string> BankCluster::WriteTlsTccdConfig() {
         "    mode: mtls\n    cert_file: ", q(pki_->server().cert_file),
         "\n    key_file: ", q(pki_->server().key_file),
         "\n    client_ca_file: ", q(pki_->ca_file()), "\n");
+  }
+  if (!options_.tls.admin_client_identities.empty()) {
+    if (!options_.tls.admin_listener) absl::StrAppend(&yaml, "admin:\n");
+    absl::StrAppend(&yaml, "  client_identities: [",
+                    absl::StrJoin(options_.tls.admin_client_identities, ", "),
+                    "]\n");
   }
   absl::StrAppend(&yaml, "participants:\n");
   for (const auto& name : options_.banks) {

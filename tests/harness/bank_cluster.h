@@ -39,6 +39,9 @@ struct ClusterTls {
   // Serve the admin API on its own port (admin_listen 127.0.0.1:0, printed
   // as "admin port N") in mutual TLS with the PKI's server certificate and CA.
   bool admin_listener = false;
+  // Client-certificate identities (CNs) that are admins
+  // (admin.client_identities); needs admin_listener or listener_mode mtls.
+  std::vector<std::string> admin_client_identities;
 };
 
 struct ClusterOptions {

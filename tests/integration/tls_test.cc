@@ -251,6 +251,7 @@ TEST_CASE(
   Cleanup cleanup{dir};
   ClusterOptions o = TlsOptions(dir, "mtls");
   o.tls.admin_listener = true;
+  o.tls.admin_client_identities = {"alice"};
   BankCluster c(o);
   REQUIRE_OK(c.Start());
   const TestPki& pki = *c.pki();
@@ -293,8 +294,14 @@ TEST_CASE(
   CHECK(admin_status(Tls(pki.ca_file())) == grpc::StatusCode::UNAVAILABLE);
   CHECK(admin_status(Tls(pki.ca_file(), *foreign)) ==
         grpc::StatusCode::UNAVAILABLE);
-  CHECK(admin_status(Tls(pki.ca_file(), *alice)) !=
-        grpc::StatusCode::UNAVAILABLE);
+  // Past TLS, the certificate's identity is the admin credential: alice is
+  // listed in admin.client_identities, mallory (same CA) is not.
+  CHECK(admin_status(Tls(pki.ca_file(), *alice)) == grpc::StatusCode::OK);
+  auto mallory = pki.IssueClientCert("mallory");
+  REQUIRE(mallory.ok());
+  CHECK(admin_status(Tls(pki.ca_file(), *mallory)) ==
+        grpc::StatusCode::PERMISSION_DENIED);
+  CHECK(c.tccd()->WaitForLine("admin: Status by cert:alice from", 5000).ok());
 }
 
 TEST_CASE(
