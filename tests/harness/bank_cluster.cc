@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -39,6 +40,11 @@ BankCluster::~BankCluster() {
   if (tccd_) tccd_->Kill();
   for (auto& [name, p] : banks_) {
     if (p) p->Kill();
+  }
+  if (options_.remove_root_dir &&
+      std::getenv("TCC_KEEP_TEST_DIRS") == nullptr) {
+    std::error_code ec;
+    std::filesystem::remove_all(options_.root_dir, ec);
   }
 }
 

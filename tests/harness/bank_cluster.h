@@ -46,6 +46,9 @@ struct ClusterTls {
 
 struct ClusterOptions {
   std::string root_dir;  // data dirs and logs go under it
+  // Remove root_dir when the cluster goes (unless TCC_KEEP_TEST_DIRS is set):
+  // each tccd and bank data dir takes tens of MB.
+  bool remove_root_dir = false;
   std::string tccd_bin;  // path to tccd
   std::string bank_bin;  // path to tcc-bank
   std::vector<std::string> banks = {"bank-a", "bank-b"};
