@@ -9,17 +9,24 @@
 //   phase  each append is one 200-byte PhaseUpdate (the wal_bench record)
 //   txn    each round is whole transactions on fresh gids: Registered,
 //          Decided, Finished (durable) with buffered PhaseUpdates between
+//   threads       as phase, but from 256 threads that each append and wait
+//                 (as wal_bench's callers): for `perf stat` (CPU time,
+//                 context switches), not for instruction counts
+//   threads-slow  the same with every fsync delayed by 1 ms
 // The instructions per append are the difference of two runs with different
 // <rounds>, divided by the difference in appends (setup cancels out).
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "fault_injection_fs.h"
 #include "record_codec.h"
 #include "tcc/wal/rocksdb_log.h"
 
@@ -102,6 +109,12 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(dir);
   tcc::wal::RocksDbLogOptions options;
   options.data_dir = dir.string();
+  if (mode == "threads-slow") {
+    auto fs = std::make_shared<tcc::wal::testing::FaultInjectionFs>();
+    fs->SetSyncDelay(
+        [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); });
+    options.file_system = fs;
+  }
   absl::StatusOr<std::unique_ptr<tcc::wal::RocksDbLog>> log =
       tcc::wal::RocksDbLog::Open(options);
   if (!log.ok()) {
@@ -155,6 +168,27 @@ int main(int argc, char** argv) {
       waiter.Wait();
       appends += 5 * kGids;
     }
+  } else if (mode == "threads" || mode == "threads-slow") {
+    std::vector<std::thread> threads;
+    for (int g = 0; g < kGids; ++g) {
+      const std::string gid = absl::StrCat("bench-", g);
+      waiter.Issue({gid, {Registration(gid, 1)}, Durability::kDurable});
+    }
+    waiter.Wait();
+    for (int g = 0; g < kGids; ++g) {
+      threads.emplace_back([&log, g, rounds] {
+        const std::string gid = absl::StrCat("bench-", g);
+        for (int r = 0; r < rounds; ++r) {
+          Waiter own(**log);
+          own.Issue({gid,
+                     {Record200(static_cast<uint32_t>(r + 1))},
+                     Durability::kDurable});
+          own.Wait();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    appends = static_cast<long>(rounds) * kGids;
   } else {
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
