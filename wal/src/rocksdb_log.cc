@@ -24,8 +24,10 @@
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
+#include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/slice_transform.h"
+#include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 #include "tcc/failpoint/failpoint.h"
 
@@ -330,6 +332,16 @@ absl::Status RocksDbLog::Impl::Open() {
   options.max_background_jobs = 2;
   options.memtable_insert_with_hint_prefix_extractor =
       std::make_shared<InsertHintPrefix>();
+  // Whole-key Bloom filters in the memtable and the tables: the writer
+  // looks up the summary of every gid it does not hold in memory, and for a
+  // new gid (every registration) the answer is "not there", which without
+  // a filter takes a full memtable search and a probe of every table.
+  options.memtable_prefix_bloom_size_ratio = 0.02;
+  options.memtable_whole_key_filtering = true;
+  rocksdb::BlockBasedTableOptions table_options;
+  table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  options.table_factory.reset(
+      rocksdb::NewBlockBasedTableFactory(table_options));
   if (options_.file_system != nullptr) {
     env_ = rocksdb::NewCompositeEnv(options_.file_system);
     options.env = env_.get();

@@ -13,6 +13,11 @@
 //                 (as wal_bench's callers): for `perf stat` (CPU time,
 //                 context switches), not for instruction counts
 //   threads-slow  the same with every fsync delayed by 1 ms
+//   recovery      <rounds> x 256 unfinished transactions (Registered and a
+//                 PhaseUpdate, buffered, as wal_bench's recovery figure),
+//                 then a reopen and the recovery scan (for counts of the
+//                 reopen and scan alone: --toggle-collect='*Impl::Open*'
+//                 --toggle-collect='*Impl::ScanUnfinished*')
 // The instructions per append are the difference of two runs with different
 // <rounds>, divided by the difference in appends (setup cancels out).
 #include <chrono>
@@ -189,6 +194,33 @@ int main(int argc, char** argv) {
     }
     for (std::thread& t : threads) t.join();
     appends = static_cast<long>(rounds) * kGids;
+  } else if (mode == "recovery") {
+    for (int r = 0; r < rounds; ++r) {
+      for (int g = 0; g < kGids; ++g) {
+        const std::string gid = absl::StrCat("rec-", r, "-", g);
+        waiter.Issue({gid,
+                      {Registration(gid, 1000 + r), Record200(1)},
+                      Durability::kBuffered});
+        ++appends;
+      }
+      waiter.Wait();
+    }
+    log->reset();
+    log = tcc::wal::RocksDbLog::Open(options);
+    if (!log.ok()) {
+      std::fprintf(stderr, "reopen: %s\n", log.status().ToString().c_str());
+      return 1;
+    }
+    long seen = 0;
+    absl::Status scan = (*log)->ScanUnfinished([&](tcc::wal::TxnLog txn) {
+      seen += txn.records.size() == 2 ? 1 : 0;
+      return absl::OkStatus();
+    });
+    if (!scan.ok() || seen != appends) {
+      std::fprintf(stderr, "scan: %s, %ld of %ld\n", scan.ToString().c_str(),
+                   seen, appends);
+      return 1;
+    }
   } else {
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
