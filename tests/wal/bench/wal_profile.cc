@@ -20,6 +20,8 @@
 //                 --toggle-collect='*Impl::ScanUnfinished*')
 // The instructions per append are the difference of two runs with different
 // <rounds>, divided by the difference in appends (setup cancels out).
+#include <sys/resource.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -41,6 +43,14 @@ using tcc::wal::AppendRequest;
 using tcc::wal::Durability;
 
 constexpr int kGids = 256;
+
+// CPU time the whole process used so far (all threads), in seconds.
+double ProcessCpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+         (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+}
 
 tcc::wal::Record Record200(uint32_t seq) {
   tcc::wal::PhaseUpdate p;
@@ -206,6 +216,8 @@ int main(int argc, char** argv) {
       waiter.Wait();
     }
     log->reset();
+    const auto start = std::chrono::steady_clock::now();
+    const double cpu_start = ProcessCpuSeconds();
     log = tcc::wal::RocksDbLog::Open(options);
     if (!log.ok()) {
       std::fprintf(stderr, "reopen: %s\n", log.status().ToString().c_str());
@@ -221,6 +233,11 @@ int main(int argc, char** argv) {
                    seen, appends);
       return 1;
     }
+    std::printf(
+        "wal_profile: reopen + scan %.3f s, cpu %.3f s\n",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count(),
+        ProcessCpuSeconds() - cpu_start);
   } else {
     std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
     return 2;
