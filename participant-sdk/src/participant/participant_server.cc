@@ -12,6 +12,9 @@
 namespace tcc::participant {
 namespace {
 
+// Threads kept polling for calls (see Start).
+constexpr int kMaxIdleThreads = 256;
+
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
                       std::string(s.message()));
@@ -94,6 +97,17 @@ void ParticipantServer::RegisterService(grpc::Service* service) {
 
 absl::Status ParticipantServer::Start() {
   grpc::ServerBuilder builder;
+  // gRPC's synchronous server lets a thread that handled a call exit when
+  // max_pollers threads already poll (the default is 2 per completion
+  // queue), and starts a new thread for the next call when fewer than
+  // min_pollers poll: with more calls in flight than that (each holds its
+  // thread through a synced commit), nearly every call paid a thread start
+  // and exit. Threads now stay and poll until this many are idle; one queue,
+  // so idle threads are shared by all calls.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS,
+                              1);
+  builder.SetSyncServerOption(
+      grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kMaxIdleThreads);
   builder.AddListeningPort(options_.listen_address,
                            grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(service_.get());
