@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
                   absl::InvalidArgumentError("--data-dir is required"));
     }
     auto opened = tcc::barrier::RocksDbBarrierStore::Open(
-        {.path = data_dir, .lock_timeout = lock_timeout});
+        {.path = data_dir, .lock_timeout = lock_timeout, .group_commit = true});
     if (!opened.ok()) return Fail("open rocksdb", opened.status());
     store = std::move(*opened);
   } else if (store_kind == "postgres") {
