@@ -38,7 +38,7 @@ class Server::Impl {
   std::unique_ptr<wal::RocksDbLog> log_;
   std::unique_ptr<AsioThreads> threads_;
   std::unique_ptr<SystemClockRuntime> clock_;
-  std::vector<std::unique_ptr<StrandExecutor>> shards_;
+  std::vector<std::unique_ptr<SerialExecutor>> shards_;
   std::unique_ptr<rpc::ParticipantClient> client_;
   std::unique_ptr<rpc::GrpcTransport> transport_;
   std::unique_ptr<InstrumentedTransport> instrumented_;
@@ -167,7 +167,7 @@ absl::Status Server::Impl::Start(const Config& config,
   const size_t shards = config.shards == 0 ? cores : config.shards;
   std::vector<runtime::Executor*> shard_ptrs;
   for (size_t i = 0; i < shards; ++i) {
-    shards_.push_back(std::make_unique<StrandExecutor>(threads_->context()));
+    shards_.push_back(std::make_unique<SerialExecutor>(threads_->context()));
     shard_ptrs.push_back(shards_.back().get());
   }
 

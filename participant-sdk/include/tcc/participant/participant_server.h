@@ -4,6 +4,10 @@
 // port (the bank demo exposes balances that way). Listening on port 0 lets
 // the OS choose; port() tells which after Start().
 //
+// With a store that group-commits (BarrierStore::groups_commits), every
+// reply waits until what its call read or wrote is durable
+// (BarrierStore::WhenDurable), and calls run on gRPC's callback threads.
+//
 // Between the barrier's durable local commit and the reply, the server
 // evaluates the failpoint "participant.after_commit" (tcc/failpoint), so a
 // crash test can kill the process exactly there: the work is committed, the
@@ -73,6 +77,7 @@ class ParticipantServer {
 
  private:
   class Service;
+  class GroupCommitService;
 
   // TLS or mutual TLS per the options, else plaintext (with a warning).
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ListenerCredentials()
@@ -80,7 +85,10 @@ class ParticipantServer {
 
   Participant& participant_;
   ParticipantServerOptions options_;
+  // One of the two: the synchronous service, or (for a store that
+  // group-commits) the callback service that replies once durable.
   std::unique_ptr<Service> service_;
+  std::unique_ptr<GroupCommitService> group_commit_service_;
   std::vector<grpc::Service*> extra_services_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
