@@ -105,8 +105,12 @@ v1::BranchRequest Request() {
 }  // namespace
 
 TEST_CASE("calls reach the participant and replies come back") {
-  Server server;
+  // The client outlives the server: its connections close during the
+  // server's Shutdown, not racing it (gRPC 1.51 can abort in
+  // Server::MaybeFinishShutdown when a client's connection closes while the
+  // server shuts down).
   ParticipantClient client;
+  Server server;
   REQUIRE(client.Add("p", "127.0.0.1:" + std::to_string(server.port)).ok());
   CHECK(client.Add("p", "127.0.0.1:1").code() ==
         absl::StatusCode::kAlreadyExists);
@@ -140,8 +144,12 @@ TEST_CASE("calls reach the participant and replies come back") {
 }
 
 TEST_CASE("a call past its deadline comes back DEADLINE_EXCEEDED") {
-  Server server;
+  // The client outlives the server: its connections close during the
+  // server's Shutdown, not racing it (gRPC 1.51 can abort in
+  // Server::MaybeFinishShutdown when a client's connection closes while the
+  // server shuts down).
   ParticipantClient client;
+  Server server;
   REQUIRE(client.Add("p", "127.0.0.1:" + std::to_string(server.port)).ok());
   std::promise<absl::StatusOr<v1::BranchResponse>> confirmed;
   auto f = confirmed.get_future();
@@ -188,8 +196,12 @@ TEST_CASE("status mapping keeps code and message both ways") {
 TEST_CASE(
     "Shutdown cancels calls in flight, waits for their callbacks, "
     "drops later calls") {
-  Server server;
+  // The client outlives the server: its connections close during the
+  // server's Shutdown, not racing it (gRPC 1.51 can abort in
+  // Server::MaybeFinishShutdown when a client's connection closes while the
+  // server shuts down).
   ParticipantClient client;
+  Server server;
   REQUIRE(client.Add("p", "127.0.0.1:" + std::to_string(server.port)).ok());
   std::atomic<int> callbacks{0};
   absl::Status seen;
