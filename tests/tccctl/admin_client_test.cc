@@ -7,7 +7,11 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -28,6 +32,10 @@ class FakeAdmin final : public v1::Admin::Service {
   std::string last_authorization() {
     std::lock_guard<std::mutex> lock(mu_);
     return authorization_;
+  }
+  std::string last_peer_cn() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peer_cn_;
   }
   int calls() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -81,21 +89,82 @@ class FakeAdmin final : public v1::Admin::Service {
     if (it != ctx->client_metadata().end()) {
       authorization_ = std::string(it->second.data(), it->second.size());
     }
+    peer_cn_.clear();
+    for (const auto& cn :
+         ctx->auth_context()->FindPropertyValues("x509_common_name")) {
+      peer_cn_ = std::string(cn.data(), cn.size());
+    }
   }
 
   std::mutex mu_;
   std::string authorization_;
+  std::string peer_cn_;
   int calls_ = 0;
+};
+
+// PEM files for TLS tests, made with the openssl command: a CA, a server
+// certificate for 127.0.0.1 and "localhost", a client certificate "alice".
+struct Pki {
+  std::string dir;
+  Pki() {
+    std::string tmpl =
+        std::filesystem::temp_directory_path().string() + "/tccctl-pki-XXXXXX";
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+    const std::string script =
+        "set -e; cd '" + dir +
+        "'; k='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'; "
+        "openssl req -x509 $k -keyout ca.key -out ca.pem -days 1 "
+        "-subj /CN=tccctl-test-ca; "
+        "for n in server alice; do "
+        "openssl req $k -keyout $n.key -out $n.csr -subj /CN=$n; done; "
+        "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1' > san.ext; "
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key "
+        "-CAcreateserial -out server.pem -days 1 -extfile san.ext; "
+        "openssl x509 -req -in alice.csr -CA ca.pem -CAkey ca.key "
+        "-CAcreateserial -out alice.pem -days 1";
+    {
+      std::ofstream out(dir + "/make-pki.sh");
+      out << script << "\n";
+    }
+    const std::string cmd =
+        "bash '" + dir + "/make-pki.sh' >'" + dir + "/openssl.log' 2>&1";
+    const int rc = std::system(cmd.c_str());
+    INFO(Read("openssl.log"));
+    REQUIRE(rc == 0);
+  }
+  ~Pki() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string Read(const std::string& name) const {
+    std::ifstream in(dir + "/" + name);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    return buf.str();
+  }
 };
 
 struct Server {
   FakeAdmin service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
-  Server() {
+  // Plaintext without `pki`; with it TLS, and mutual TLS when `require_client`.
+  explicit Server(const Pki* pki = nullptr, bool require_client = false) {
+    std::shared_ptr<grpc::ServerCredentials> creds =
+        grpc::InsecureServerCredentials();
+    if (pki != nullptr) {
+      grpc::SslServerCredentialsOptions o(
+          require_client
+              ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+              : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+      o.pem_root_certs = pki->Read("ca.pem");
+      o.pem_key_cert_pairs.push_back(
+          {pki->Read("server.key"), pki->Read("server.pem")});
+      creds = grpc::SslServerCredentials(o);
+    }
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
+    builder.AddListeningPort("127.0.0.1:0", creds, &port);
     builder.RegisterService(&service);
     server = builder.BuildAndStart();
     REQUIRE(server != nullptr);
@@ -190,4 +259,43 @@ TEST_CASE("nobody listening is UNAVAILABLE") {
   o.timeout_ms = 2000;
   AdminClient client(o);
   CHECK(client.Status().status().code() == absl::StatusCode::kUnavailable);
+}
+
+TEST_CASE(
+    "TLS: tccd verified against --tls-ca; a client certificate for mTLS") {
+  Pki pki;
+  {
+    Server s(&pki);
+    AdminClientOptions o = s.Options("t");
+    o.tls_ca_pem = pki.Read("ca.pem");
+    auto r = AdminClient(o).Status();
+    INFO(r.status().ToString());
+    CHECK(r.ok());
+    // By the name in its certificate rather than the address.
+    o.tls_server_name = "localhost";
+    CHECK(AdminClient(o).Status().ok());
+    // A name the certificate does not carry: refused by the client.
+    o.tls_server_name = "elsewhere.example";
+    CHECK(AdminClient(o).Status().status().code() ==
+          absl::StatusCode::kUnavailable);
+    // Plaintext to a TLS listener: no answer.
+    CHECK(!AdminClient(s.Options("t")).Status().ok());
+    // A CA that did not sign it.
+    o = s.Options("t");
+    o.tls_ca_pem = pki.Read("alice.pem");
+    CHECK(AdminClient(o).Status().status().code() ==
+          absl::StatusCode::kUnavailable);
+  }
+  {
+    Server s(&pki, /*require_client=*/true);
+    AdminClientOptions o = s.Options();
+    o.tls_ca_pem = pki.Read("ca.pem");
+    CHECK(!AdminClient(o).Status().ok());  // no client certificate
+    o.tls_cert_pem = pki.Read("alice.pem");
+    o.tls_key_pem = pki.Read("alice.key");
+    auto r = AdminClient(o).Status();
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    CHECK(s.service.last_peer_cn() == "alice");
+  }
 }
