@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "bank_cluster.h"
+#include "fake_admin.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "tcc/v1/admin.pb.h"
@@ -681,4 +682,41 @@ TEST_CASE("tccctl resolve: a phase-2 branch on a dead bank, resolved by hand") {
     }
   }
   CHECK(resolved_record);
+}
+
+TEST_CASE("tccctl --tls-ca/--tls-cert/--tls-key reach an mTLS admin listener") {
+  // A fake Admin with mutual TLS stands in for tccd's admin listener: what is
+  // tested here is how tccctl's flags become the TLS handshake.
+  tcc::tccctl::testing::Pki pki;
+  tcc::tccctl::testing::FakeAdminServer server(&pki, /*require_client=*/true);
+  const std::string dir = TempDir("tls");
+  const std::string addr = "127.0.0.1:" + std::to_string(server.port);
+  const std::string p = pki.dir + "/";
+  auto run = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--addr", addr});
+    Ctl ctl(dir, args);
+    return ctl.Wait();
+  };
+  CtlResult ok = run({"--tls-ca", p + "ca.pem", "--tls-cert", p + "alice.pem",
+                      "--tls-key", p + "alice.key", "--json", "status"});
+  INFO(ok);
+  CHECK(ok.exit_code == 0);
+  CHECK(ParseJson<v1::StatusResponse>(ok.out).health() == "serving");
+  CHECK(server.service.last_peer_cn() == "alice");
+  CHECK(
+      run({"--tls-ca", p + "ca.pem", "--tls-cert", p + "alice.pem", "--tls-key",
+           p + "alice.key", "--tls-server-name", "localhost", "status"})
+          .exit_code == 0);
+  // No client certificate, or plaintext: the handshake fails (unreachable).
+  CHECK(run({"--tls-ca", p + "ca.pem", "status"}).exit_code == 3);
+  CHECK(run({"--timeout-ms", "1000", "status"}).exit_code == 3);
+  // Flags that do not fit together, or files that are not there: usage.
+  CHECK(run({"--tls-ca", p + "ca.pem", "--tls-cert", p + "alice.pem", "status"})
+            .exit_code == 2);
+  CHECK(run({"--tls-cert", p + "alice.pem", "--tls-key", p + "alice.key",
+             "status"})
+            .exit_code == 2);
+  CHECK(run({"--tls-ca", p + "missing.pem", "status"}).exit_code == 2);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
