@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cinttypes>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 
 #include "absl/strings/ascii.h"
@@ -50,6 +51,21 @@ std::string Table(const std::vector<std::vector<std::string>>& rows,
 }
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+// "408714 (399.1 KiB)"; bytes alone under 1 KiB.
+std::string Bytes(uint64_t n) {
+  static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  if (n < 1024) return absl::StrCat(n);
+  double v = static_cast<double>(n) / 1024;
+  size_t unit = 0;
+  while (v >= 1024 && unit + 1 < std::size(kUnits)) {
+    v /= 1024;
+    ++unit;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
+  return absl::StrCat(n, " (", buf, ")");
+}
 
 std::string StuckCount(const v1::TransactionView& txn) {
   int stuck = 0;
@@ -355,7 +371,7 @@ std::string FormatStatus(const v1::StatusResponse& status, int64_t now_ms) {
   return Table({
       {"health", status.health()},
       {"version", OrDash(status.version())},
-      {"wal bytes", absl::StrCat(status.wal_bytes())},
+      {"wal bytes", Bytes(status.wal_bytes())},
       {"dedup horizon", horizon},
       {"in flight", flight},
       {"oldest unfinished", status.oldest_unfinished_age_ms() == 0

@@ -201,7 +201,7 @@ TEST_CASE("status shows counts by state, the horizon's age and recovery") {
   const auto lines = Lines(out);
   REQUIRE(lines.size() == 8);
   CHECK(lines[0] == "health             recovering");
-  CHECK(lines[2] == "wal bytes          123456");
+  CHECK(lines[2] == "wal bytes          123456 (120.6 KiB)");
   CHECK(lines[3] == "dedup horizon      2025-11-30T13:23:43.123Z (2h00m ago)");
   CHECK(lines[4] == "in flight          3 (TRYING 1, CONFIRMING 2)");
   CHECK(lines[5] == "oldest unfinished  4.2s");
@@ -213,7 +213,12 @@ TEST_CASE("status shows counts by state, the horizon's age and recovery") {
   s.clear_in_flight();
   s.set_recovery_total(0);
   s.set_oldest_unfinished_age_ms(0);
+  s.set_wal_bytes(1000);
   const std::string idle = FormatStatus(s, kNow);
+  CHECK(Contains(idle, "wal bytes          1000\n"));
+  s.set_wal_bytes(5ull << 30);
+  CHECK(Contains(FormatStatus(s, kNow),
+                 "wal bytes          5368709120 (5.0 GiB)\n"));
   CHECK(Contains(idle, "in flight          0\n"));
   CHECK(Contains(idle, "oldest unfinished  -\n"));
   CHECK(Contains(idle, "recovery           nothing to recover"));
