@@ -106,7 +106,14 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     std::fprintf(stderr, "tccd: cannot start: %s\n",
                  server.status().ToString().c_str());
-    return server.status().code() == absl::StatusCode::kDataLoss ? 3 : 1;
+    switch (server.status().code()) {
+      case absl::StatusCode::kDataLoss:
+        return 3;
+      case absl::StatusCode::kInvalidArgument:  // e.g. admin.token_file
+        return 2;
+      default:
+        return 1;
+    }
   }
   const std::string host = config.listen.substr(0, config.listen.rfind(':'));
   std::printf("tccd %s: data dir %s, admin port %d\n", TCC_VERSION,

@@ -302,15 +302,17 @@ const std::vector<EventCase>& Events() {
        [](const Txn&) -> Event {
          return GateApproveEvent{6, "ap1"};
        }},
-      {"force Confirm", "NFFAAAFFFF",
+      // An approval allows one action: once done, asking again is refused
+      // (FAILED_PRECONDITION), so that of two uses exactly one wins.
+      {"force Confirm", "NFFAFFFFFF",
        [](const Txn&) -> Event {
          return ForceDecisionEvent{7, Decision::kConfirm, "ap2"};
        }},
-      {"force Cancel", "NAAAFFAAAA",
+      {"force Cancel", "NAAAFFFFFA",
        [](const Txn&) -> Event {
          return ForceDecisionEvent{8, Decision::kCancel, "ap3"};
        }},
-      {"resolve branch by hand", "NFFFAAAAAF",
+      {"resolve branch by hand", "NFFFAFAAFF",
        [](const Txn&) -> Event {
          return ResolveBranchEvent{9, "b1", "ap4"};
        }},

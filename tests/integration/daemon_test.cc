@@ -291,8 +291,8 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
   }
   {
     auto r = base;
-    r.set_approval_gate(true);
-    CHECK(code(r) == absl::StatusCode::kUnimplemented);
+    r.set_approval_gate(true);  // no admin credential configured here
+    CHECK(code(r) == absl::StatusCode::kFailedPrecondition);
   }
   v1::CommitRequest commit;
   commit.set_gid("never-seen");

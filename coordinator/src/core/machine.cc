@@ -1096,11 +1096,13 @@ absl::Status Stepper::On(const PersistFailedEvent& e) {
 // ---------------------------------------------------------------- approvals
 
 absl::Status Stepper::On(const GateApproveEvent& e) {
-  if (t_.decision == Decision::kConfirm &&
-      t_.decision_cause == DecisionCause::kGate) {
-    AddWaiter(
-        Waiter{e.request, WaiterKind::kAdmin, WaitFor::kDecided, 0, true, 0});
-    return absl::OkStatus();
+  // An approval allows one action: once it happened, asking again (with this
+  // approval or another) is refused, never answered as done, so that of two
+  // uses exactly one wins (DESIGN.md section 10).
+  if (t_.decision != Decision::kNone) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gid ", t_.gid, " is already decided ",
+                     DecisionName(t_.decision), ": ", t_.decision_reason));
   }
   if (t_.state != TxnState::kAwaitingApproval) {
     return absl::FailedPreconditionError(
@@ -1119,14 +1121,10 @@ absl::Status Stepper::On(const ForceDecisionEvent& e) {
   if (e.decision != Decision::kConfirm && e.decision != Decision::kCancel) {
     return absl::InvalidArgumentError("force Confirm or Cancel");
   }
-  if (t_.decision == e.decision) {
-    AddWaiter(
-        Waiter{e.request, WaiterKind::kAdmin, WaitFor::kDecided, 0, true, 0});
-    return absl::OkStatus();
-  }
-  if (t_.decision != Decision::kNone) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gid ", t_.gid, " was decided otherwise: ", t_.decision_reason));
+  if (t_.decision != Decision::kNone) {  // see GateApproveEvent
+    return absl::FailedPreconditionError(
+        absl::StrCat("gid ", t_.gid, " is already decided ",
+                     DecisionName(t_.decision), ": ", t_.decision_reason));
   }
   if (e.decision == Decision::kConfirm) {
     if (t_.state == TxnState::kOpen) {
@@ -1160,9 +1158,15 @@ absl::Status Stepper::On(const ResolveBranchEvent& e) {
         "only a phase-2 branch can be resolved by hand");
   }
   if (t_.branches[idx].second_phase.state == PhaseState::kSucceeded) {
-    AddWaiter(
-        Waiter{e.request, WaiterKind::kAdmin, WaitFor::kDecided, 0, true, 0});
-    return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "branch ", e.branch_id, " is already done; nothing to resolve"));
+  }
+  for (const auto& p : t_.pending) {  // a resolve in flight: one wins
+    if (p.purpose == PersistPurpose::kBranchResolved &&
+        p.branch == static_cast<uint32_t>(idx)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("branch ", e.branch_id, " is already being resolved"));
+    }
   }
   wal::BranchResolved r;
   r.branch_id = e.branch_id;

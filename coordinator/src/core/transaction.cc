@@ -63,6 +63,18 @@ TransactionView MakeView(const Txn& t) {
   return v;
 }
 
+const char* DecisionName(Decision d) {
+  switch (d) {
+    case Decision::kConfirm:
+      return "Confirm";
+    case Decision::kCancel:
+      return "Cancel";
+    case Decision::kNone:
+      break;
+  }
+  return "none";
+}
+
 const char* TxnStateName(TxnState s) {
   switch (s) {
     case TxnState::kOpen:

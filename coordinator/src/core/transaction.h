@@ -247,6 +247,8 @@ TransactionView MakeView(const Txn& txn);
 BranchView MakeBranchView(const BranchRuntime& branch);
 
 const char* TxnStateName(TxnState state);
+// "Confirm", "Cancel" or "none".
+const char* DecisionName(Decision decision);
 const char* OutcomeName(Outcome outcome);
 const char* PhaseName(Phase phase);
 

@@ -1,26 +1,76 @@
-// tcc.v1.Admin over gRPC's callback API. For now: Status and RetryNow. Forcing
-// decisions, resolving branches, approvals and the approval gate need one-time
-// approvals and admin authentication (issue 9) and answer UNIMPLEMENTED until
-// then.
+// tcc.v1.Admin over gRPC's callback API (DESIGN.md section 10).
+//
+// Every call first authenticates the caller (AdminAuth): no or a wrong
+// credential is refused before anything is read or changed. Every call,
+// refused or not, is reported to `audit` with who made it, what it asked and
+// how it ended (the server logs it).
+//
+// One-time approvals: IssueApproval binds a new approval to the
+// transaction's current revision and content hash (and branch), as the
+// request states them, so an operator approves what they saw; a mismatch is
+// FAILED_PRECONDITION. ForceDecision, ResolveBranch and Approve check the
+// approval first for a clear refusal (missing, other action, other gid or
+// branch, used, expired: FAILED_PRECONDITION) and hand it to the driver; the
+// WAL checks it again atomically and consumes it in the same durable record as
+// the action, so of two concurrent uses exactly one wins.
 //
 // Thread-safe.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
+#include "rpc/admin_auth.h"
 #include "rpc/coordinator_backend.h"
+#include "rpc/coordinator_service.h"
 #include "tcc/v1/admin.grpc.pb.h"
 
 namespace tcc::rpc {
 
+// One admin call, for the audit log.
+struct AdminAudit {
+  std::string who;     // the admin identity, or "-" when refused
+  std::string peer;    // the caller's address
+  std::string method;  // e.g. "ForceDecision"
+  std::string target;  // e.g. "gid=g1 decision=Cancel approval=apv-..."
+  absl::Status status;
+};
+
+struct AdminServiceOptions {
+  std::string version;
+  // Wall-clock now (Unix ms): approvals' issue and expiry times.
+  std::function<int64_t()> now_ms;
+  // A new, unguessable approval id.
+  std::function<std::string()> new_approval_id;
+  int64_t approval_ttl_ms = 15 * 60 * 1000;
+  int64_t max_approval_ttl_ms = 24LL * 3600 * 1000;
+  std::function<void(const AdminAudit&)> audit;
+};
+
 class AdminService final : public tcc::v1::Admin::CallbackService {
  public:
-  AdminService(CoordinatorBackend& backend, std::string version)
-      : backend_(backend), version_(std::move(version)) {}
+  // `coordinator` serves List and Watch (same rules and limits). None of the
+  // references is owned.
+  AdminService(CoordinatorBackend& backend, CoordinatorService& coordinator,
+               const AdminAuth& auth, AdminServiceOptions options)
+      : backend_(backend),
+        coordinator_(coordinator),
+        auth_(auth),
+        options_(std::move(options)) {}
 
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
                                    const tcc::v1::StatusRequest* request,
                                    tcc::v1::StatusResponse* response) override;
+  grpc::ServerUnaryReactor* Show(grpc::CallbackServerContext* ctx,
+                                 const tcc::v1::ShowRequest* request,
+                                 tcc::v1::ShowResponse* response) override;
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* ctx,
+                                 const tcc::v1::ListRequest* request,
+                                 tcc::v1::ListResponse* response) override;
+  grpc::ServerWriteReactor<tcc::v1::WatchEvent>* Watch(
+      grpc::CallbackServerContext* ctx,
+      const tcc::v1::WatchRequest* request) override;
   grpc::ServerUnaryReactor* RetryNow(
       grpc::CallbackServerContext* ctx, const tcc::v1::RetryNowRequest* request,
       tcc::v1::RetryNowResponse* response) override;
@@ -41,8 +91,18 @@ class AdminService final : public tcc::v1::Admin::CallbackService {
       tcc::v1::ApproveResponse* response) override;
 
  private:
+  class Call;
+
+  // Checks the approval before it is handed to the driver.
+  [[nodiscard]] absl::Status CheckApproval(const std::string& approval_id,
+                                           wal::ApprovalAction action,
+                                           const std::string& gid,
+                                           const std::string& branch_id);
+
   CoordinatorBackend& backend_;
-  std::string version_;
+  CoordinatorService& coordinator_;
+  const AdminAuth& auth_;
+  AdminServiceOptions options_;
 };
 
 }  // namespace tcc::rpc

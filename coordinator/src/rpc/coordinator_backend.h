@@ -66,6 +66,24 @@ class CoordinatorBackend {
   virtual void RetryNow(std::string gid, std::string branch_id,
                         AnswerDone done) = 0;
 
+  // Admin, one-time approvals (DESIGN.md section 10). IssueApproval stores a
+  // new approval durably (`done` after the sync); the others consume one in
+  // the same durable record as the action (the WAL checks it matches, is
+  // unused and unexpired).
+  virtual void IssueApproval(wal::Approval approval,
+                             std::function<void(absl::Status)> done) = 0;
+  [[nodiscard]] virtual absl::StatusOr<wal::Approval> ReadApproval(
+      const std::string& approval_id) = 0;
+  virtual void ForceDecision(std::string gid, wal::Decision decision,
+                             std::string approval_id, AnswerDone done) = 0;
+  virtual void ResolveBranch(std::string gid, std::string branch_id,
+                             std::string approval_id, AnswerDone done) = 0;
+  virtual void Approve(std::string gid, std::string approval_id,
+                       AnswerDone done) = 0;
+  // Admin: the transaction's stored records (the operators' timeline).
+  [[nodiscard]] virtual absl::StatusOr<wal::TxnLog> ReadLog(
+      const std::string& gid) = 0;
+
   struct Health {
     std::string health;  // "serving", "recovering", "stopping"
     uint64_t wal_bytes = 0;

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "rpc/admin_auth.h"
 #include "rpc/coordinator_mapping.h"
 #include "rpc/status_mapping.h"
 #include "tcc/identity/ids.h"
@@ -75,6 +76,7 @@ absl::Status CoordinatorService::CheckCreatedAt(int64_t created_at_ms) const {
 grpc::ServerUnaryReactor* CoordinatorService::Submit(
     grpc::CallbackServerContext* ctx, const tcc::v1::SubmitRequest* request,
     tcc::v1::SubmitResponse* response) {
+  if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return Refuse(ctx, s);
   }
@@ -90,8 +92,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Submit(
     }
   }
   if (request->approval_gate() && !options_.approval_gate_enabled) {
-    return Refuse(ctx, absl::UnimplementedError(
-                           "the approval gate is not enabled in this tccd"));
+    return Refuse(ctx, absl::FailedPreconditionError(
+                           "the approval gate needs an admin credential "
+                           "configured (admin.token_file or "
+                           "admin.client_identities): nobody could approve"));
   }
   if (request->try_timeout_ms() > options_.max_try_timeout_ms) {
     return Refuse(ctx,
@@ -116,6 +120,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Submit(
 grpc::ServerUnaryReactor* CoordinatorService::Begin(
     grpc::CallbackServerContext* ctx, const tcc::v1::BeginRequest* request,
     tcc::v1::BeginResponse* response) {
+  if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return Refuse(ctx, s);
   }
@@ -123,8 +128,10 @@ grpc::ServerUnaryReactor* CoordinatorService::Begin(
     return Refuse(ctx, s);
   }
   if (request->approval_gate() && !options_.approval_gate_enabled) {
-    return Refuse(ctx, absl::UnimplementedError(
-                           "the approval gate is not enabled in this tccd"));
+    return Refuse(ctx, absl::FailedPreconditionError(
+                           "the approval gate needs an admin credential "
+                           "configured (admin.token_file or "
+                           "admin.client_identities): nobody could approve"));
   }
   if (request->timeout_ms() > options_.max_try_timeout_ms) {
     return Refuse(
@@ -144,6 +151,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Begin(
 grpc::ServerUnaryReactor* CoordinatorService::Try(
     grpc::CallbackServerContext* ctx, const tcc::v1::TryRequest* request,
     tcc::v1::TryResponse* response) {
+  if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return Refuse(ctx, s);
   }
@@ -170,6 +178,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Try(
 grpc::ServerUnaryReactor* CoordinatorService::Commit(
     grpc::CallbackServerContext* ctx, const tcc::v1::CommitRequest* request,
     tcc::v1::CommitResponse* response) {
+  if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return Refuse(ctx, s);
   }
@@ -187,6 +196,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Commit(
 grpc::ServerUnaryReactor* CoordinatorService::Rollback(
     grpc::CallbackServerContext* ctx, const tcc::v1::RollbackRequest* request,
     tcc::v1::RollbackResponse* response) {
+  if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return Refuse(ctx, s);
   }
@@ -201,6 +211,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Rollback(
 grpc::ServerUnaryReactor* CoordinatorService::Get(
     grpc::CallbackServerContext* ctx, const tcc::v1::GetRequest* request,
     tcc::v1::GetResponse* response) {
+  if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return Refuse(ctx, s);
   }
@@ -215,6 +226,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Get(
 grpc::ServerUnaryReactor* CoordinatorService::List(
     grpc::CallbackServerContext* ctx, const tcc::v1::ListRequest* request,
     tcc::v1::ListResponse* response) {
+  if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
   wal::ListQuery query;
   for (int s : request->states()) {
     wal::TxnState state;
@@ -366,8 +378,25 @@ class RefusedWatch final
 
 }  // namespace
 
+grpc::ServerWriteReactor<tcc::v1::WatchEvent>* RefuseWatch(
+    const absl::Status& status) {
+  return new RefusedWatch(status);
+}
+
+absl::Status CoordinatorService::CheckRate(grpc::CallbackServerContext* ctx) {
+  if (options_.rate_limiter == nullptr || !options_.rate_limiter->enabled()) {
+    return absl::OkStatus();
+  }
+  const std::string client = ClientIdentity(*ctx);
+  if (options_.rate_limiter->Admit(client)) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("too many requests from ", client,
+                   " (limits.client_requests_per_s); retry later"));
+}
+
 grpc::ServerWriteReactor<tcc::v1::WatchEvent>* CoordinatorService::Watch(
-    grpc::CallbackServerContext*, const tcc::v1::WatchRequest* request) {
+    grpc::CallbackServerContext* ctx, const tcc::v1::WatchRequest* request) {
+  if (absl::Status s = CheckRate(ctx); !s.ok()) return new RefusedWatch(s);
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return new RefusedWatch(s);
   }

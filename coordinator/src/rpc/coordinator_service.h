@@ -13,6 +13,7 @@
 #include <string>
 
 #include "rpc/coordinator_backend.h"
+#include "rpc/rate_limiter.h"
 #include "tcc/v1/coordinator.grpc.pb.h"
 
 namespace tcc::rpc {
@@ -28,12 +29,19 @@ struct CoordinatorServiceOptions {
   std::function<int64_t()> dedup_horizon_ms;
   int64_t max_try_timeout_ms = 10 * 60 * 1000;
   int64_t max_approval_timeout_ms = 24LL * 3600 * 1000;
-  // The approval gate needs approvals and admin authentication (issue 9);
-  // until they exist a gated Submit/Begin is UNIMPLEMENTED.
+  // A gated Submit/Begin is refused (FAILED_PRECONDITION) when false: no
+  // admin credential is configured, so nobody could ever approve it.
   bool approval_gate_enabled = false;
   uint32_t max_list_page = 1000;
   uint32_t max_watch_streams = 1000;
+  // Per-client rate limit (null or disabled: none); excess calls get
+  // RESOURCE_EXHAUSTED and change nothing. Not owned.
+  RateLimiter* rate_limiter = nullptr;
 };
+
+// A Watch stream that ends at once with `status`.
+grpc::ServerWriteReactor<tcc::v1::WatchEvent>* RefuseWatch(
+    const absl::Status& status);
 
 class CoordinatorService final : public tcc::v1::Coordinator::CallbackService {
  public:
@@ -70,6 +78,7 @@ class CoordinatorService final : public tcc::v1::Coordinator::CallbackService {
 
  private:
   [[nodiscard]] absl::Status CheckCreatedAt(int64_t created_at_ms) const;
+  [[nodiscard]] absl::Status CheckRate(grpc::CallbackServerContext* ctx);
 
   CoordinatorBackend& backend_;
   CoordinatorServiceOptions options_;

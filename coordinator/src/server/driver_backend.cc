@@ -231,8 +231,49 @@ void DriverBackend::RetryNow(std::string gid, std::string branch_id,
                     Track(std::move(done)));
 }
 
+void DriverBackend::ForceDecision(std::string gid, wal::Decision decision,
+                                  std::string approval_id,
+                                  rpc::AnswerDone done) {
+  TCC_REFUSE_WHILE_STOPPING(done);
+  driver_->ForceDecision(std::move(gid), decision, std::move(approval_id),
+                         Track(std::move(done)));
+}
+
+void DriverBackend::ResolveBranch(std::string gid, std::string branch_id,
+                                  std::string approval_id,
+                                  rpc::AnswerDone done) {
+  TCC_REFUSE_WHILE_STOPPING(done);
+  driver_->ResolveBranch(std::move(gid), std::move(branch_id),
+                         std::move(approval_id), Track(std::move(done)));
+}
+
+void DriverBackend::Approve(std::string gid, std::string approval_id,
+                            rpc::AnswerDone done) {
+  TCC_REFUSE_WHILE_STOPPING(done);
+  driver_->Approve(std::move(gid), std::move(approval_id),
+                   Track(std::move(done)));
+}
+
 #undef TCC_REFUSE_WHILE_STOPPING
 #undef TCC_REFUSE_OVER_LIMIT
+
+void DriverBackend::IssueApproval(wal::Approval approval,
+                                  std::function<void(absl::Status)> done) {
+  if (stopping_) {
+    done(absl::UnavailableError("tccd is stopping"));
+    return;
+  }
+  log_.PutApproval(std::move(approval), std::move(done));
+}
+
+absl::StatusOr<wal::Approval> DriverBackend::ReadApproval(
+    const std::string& approval_id) {
+  return log_.ReadApproval(approval_id);
+}
+
+absl::StatusOr<wal::TxnLog> DriverBackend::ReadLog(const std::string& gid) {
+  return log_.Read(gid);
+}
 
 absl::StatusOr<wal::ListPage> DriverBackend::List(const wal::ListQuery& query) {
   return log_.List(query);

@@ -64,6 +64,17 @@ class DriverBackend final : public rpc::CoordinatorBackend,
       override;
   void RetryNow(std::string gid, std::string branch_id,
                 rpc::AnswerDone done) override;
+  void IssueApproval(wal::Approval approval,
+                     std::function<void(absl::Status)> done) override;
+  absl::StatusOr<wal::Approval> ReadApproval(
+      const std::string& approval_id) override;
+  void ForceDecision(std::string gid, wal::Decision decision,
+                     std::string approval_id, rpc::AnswerDone done) override;
+  void ResolveBranch(std::string gid, std::string branch_id,
+                     std::string approval_id, rpc::AnswerDone done) override;
+  void Approve(std::string gid, std::string approval_id,
+               rpc::AnswerDone done) override;
+  absl::StatusOr<wal::TxnLog> ReadLog(const std::string& gid) override;
   Health Status() override;
 
   // runtime::DriverObserver

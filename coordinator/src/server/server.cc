@@ -4,16 +4,22 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "rpc/admin_auth.h"
 #include "rpc/admin_service.h"
 #include "rpc/coordinator_service.h"
 #include "rpc/grpc_transport.h"
 #include "rpc/participant_client.h"
+#include "rpc/rate_limiter.h"
 #include "runtime/driver.h"
+#include "server/admin_tokens.h"
 #include "server/asio_runtime.h"
 #include "server/driver_backend.h"
 #include "server/instrumented_transport.h"
@@ -40,6 +46,8 @@ class Server::Impl {
   std::unique_ptr<DriverBackend> backend_;
   std::unique_ptr<runtime::Driver> driver_;
   std::unique_ptr<rpc::CoordinatorService> coordinator_service_;
+  std::unique_ptr<rpc::AdminAuth> admin_auth_;
+  std::unique_ptr<rpc::RateLimiter> rate_limiter_;
   std::unique_ptr<rpc::AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<grpc::Server> admin_server_;
@@ -53,6 +61,29 @@ class Server::Impl {
 };
 
 namespace {
+
+// 128 random bits, hex: approvals must not be guessable.
+std::string NewApprovalId() {
+  static std::mutex mu;
+  static std::random_device device;
+  std::lock_guard<std::mutex> lock(mu);
+  std::string id = "apv-";
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppend(&id, absl::Hex(device(), absl::kZeroPad8));
+  }
+  return id;
+}
+
+// The audit log: every admin call, with who made it.
+void LogAdminCall(const rpc::AdminAudit& a) {
+  if (a.status.ok()) {
+    spdlog::info("admin: {} by {} from {}: {} -> OK", a.method, a.who, a.peer,
+                 a.target);
+  } else {
+    spdlog::warn("admin: {} by {} from {}: {} -> {}", a.method, a.who, a.peer,
+                 a.target, a.status.ToString());
+  }
+}
 
 runtime::DriverOptions DriverOptionsFrom(const Config& c) {
   runtime::DriverOptions o;
@@ -111,6 +142,20 @@ absl::Status Server::Impl::Start(const Config& config,
   wal_options.retention.full_record_ms = config.retention.full_record_ms;
   wal_options.retention.compact_entry_ms = config.retention.compact_entry_ms;
   wal_options.retention.max_bytes = config.retention.max_bytes;
+  std::map<std::string, std::string> tokens;
+  if (!config.admin.token_file.empty()) {
+    auto loaded = LoadAdminTokens(config.admin.token_file);
+    if (!loaded.ok()) return loaded.status();
+    tokens = std::move(*loaded);
+  }
+  admin_auth_ =
+      std::make_unique<rpc::AdminAuth>(tokens, config.admin.client_identities);
+  if (!admin_auth_->configured()) {
+    spdlog::warn(
+        "no admin credential configured (admin.token_file, "
+        "admin.client_identities): every admin call is refused and the "
+        "approval gate is off");
+  }
   auto log = wal::RocksDbLog::Open(wal_options);
   if (!log.ok()) return log.status();
   log_ = std::move(*log);
@@ -165,9 +210,22 @@ absl::Status Server::Impl::Start(const Config& config,
   svc.max_approval_timeout_ms = config.transactions.max_approval_timeout_ms;
   svc.max_list_page = config.limits.max_list_page;
   svc.max_watch_streams = config.limits.max_watch_streams;
+  rate_limiter_ = std::make_unique<rpc::RateLimiter>(
+      config.limits.client_requests_per_s, config.limits.client_burst,
+      [this] { return clock_->MonotonicMs(); });
+  svc.rate_limiter = rate_limiter_.get();
+  svc.approval_gate_enabled = admin_auth_->configured();
   coordinator_service_ =
       std::make_unique<rpc::CoordinatorService>(*backend_, svc);
-  admin_service_ = std::make_unique<rpc::AdminService>(*backend_, version);
+  rpc::AdminServiceOptions admin_options;
+  admin_options.version = version;
+  admin_options.now_ms = [this] { return clock_->WallMs(); };
+  admin_options.new_approval_id = NewApprovalId;
+  admin_options.approval_ttl_ms = config.admin.approval_ttl_ms;
+  admin_options.max_approval_ttl_ms = config.admin.max_approval_ttl_ms;
+  admin_options.audit = LogAdminCall;
+  admin_service_ = std::make_unique<rpc::AdminService>(
+      *backend_, *coordinator_service_, *admin_auth_, admin_options);
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
