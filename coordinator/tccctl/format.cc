@@ -388,9 +388,12 @@ std::string FormatList(const std::vector<v1::TransactionView>& txns,
   std::vector<std::vector<std::string>> rows = {
       {"GID", "STATE", "DECISION", "AGE", "BRANCHES", "STUCK"}};
   for (const auto& t : txns) {
-    rows.push_back({t.gid(), StateName(t.state()), DecisionName(t.decision()),
-                    FormatAge(AgeMs(t, now_ms)),
-                    absl::StrCat(t.branches_size()), StuckCount(t)});
+    // A summary (List's view of a finished transaction) has no branches.
+    rows.push_back(
+        {t.gid(), StateName(t.state()), DecisionName(t.decision()),
+         FormatAge(AgeMs(t, now_ms)),
+         t.branches_size() == 0 ? "-" : absl::StrCat(t.branches_size()),
+         StuckCount(t)});
   }
   std::string out = Table(rows);
   absl::StrAppend(&out, txns.size(),

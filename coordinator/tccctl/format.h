@@ -76,7 +76,8 @@ std::string ToJson(const google::protobuf::Message& message);
 
 // Human-readable views; each ends with a newline.
 std::string FormatStatus(const tcc::v1::StatusResponse& status, int64_t now_ms);
-// A header line and one line per transaction, aligned; `next_page_token`
+// A header line and one line per transaction, aligned (BRANCHES is "-" for
+// a summary without branches); `next_page_token`
 // (when not empty) adds a line saying how to get the next page.
 std::string FormatList(const std::vector<tcc::v1::TransactionView>& txns,
                        const std::string& next_page_token, int64_t now_ms);

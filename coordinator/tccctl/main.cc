@@ -322,6 +322,15 @@ int main(int argc, char** argv) {
       }
       request.set_page_token(r->next_page_token());
     }
+    // List answers with summaries (no branches). An unfinished transaction's
+    // branches are what an operator needs (how many, which are STUCK), so
+    // those rows get the full view, one Show each; finished rows stay
+    // summaries.
+    for (auto& t : *all.mutable_transactions()) {
+      if (tcc::tccctl::IsFinal(t.state()) || t.branches_size() > 0) continue;
+      auto shown = client.Show(t.gid());
+      if (shown.ok()) t = shown->transaction();
+    }
     if (json) {
       PrintJson(all);
     } else {

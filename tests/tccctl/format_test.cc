@@ -231,16 +231,22 @@ TEST_CASE("list prints aligned columns, a stuck marker and the next page") {
   b.set_state(v1::TXN_STATE_TRYING);
   b.set_registered_at_ms(kNow - 500);
   b.add_branches();
-  const std::string out = FormatList({a, b}, "tok-9", kNow);
+  v1::TransactionView summary;
+  summary.set_gid("g-3");
+  summary.set_state(v1::TXN_STATE_CANCELLED);
+  summary.set_decision(v1::DECISION_CANCEL);
+  summary.set_registered_at_ms(kNow - 3 * 86400000LL);
+  const std::string out = FormatList({a, b, summary}, "tok-9", kNow);
   INFO(out);
   const auto lines = Lines(out);
-  REQUIRE(lines.size() == 5);
+  REQUIRE(lines.size() == 6);
   CHECK(lines[0] == "GID        STATE       DECISION  AGE    BRANCHES  STUCK");
   CHECK(lines[1] ==
         "g-stuck-1  CONFIRMING  CONFIRM   1m04s  2         STUCK(1)");
   CHECK(lines[2] == "g-2        TRYING      -         500ms  1");
-  CHECK(lines[3] == "2 transactions");
-  CHECK(lines[4] == "more: --page-token tok-9 (or --all)");
+  CHECK(lines[3] == "g-3        CANCELLED   CANCEL    3d00h  -");
+  CHECK(lines[4] == "3 transactions");
+  CHECK(lines[5] == "more: --page-token tok-9 (or --all)");
   CHECK(Lines(FormatList({}, "", kNow)).back() == "0 transactions");
 }
 
