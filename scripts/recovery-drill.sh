@@ -184,12 +184,9 @@ serving_ms=$(now_ms)
 echo "== tccd restarted (pid $pid), serving after $((serving_ms - restart_ms)) ms; resolving what was in flight:"
 unfinished_states=(--state open --state trying --state awaiting_approval
   --state confirming --state cancelling)
-ctl list "${unfinished_states[@]}" --page-size 5 || true
-sample_gid=$(ctl --json list "${unfinished_states[@]}" --page-size 1 |
-  grep -oP '"gid":"\K[^"]+' | head -1 || true)
-
 # Polls status until nothing is in flight (bounded: 90 s).
 recovered=0
+sample_gid=""
 last_print=0
 recovery_ms=-1
 at_restart=""
@@ -199,11 +196,18 @@ for _ in $(seq 900); do
     n=$(in_flight "$s")
     [ -n "$at_restart" ] || at_restart=$n
     t=$(($(now_ms) - restart_ms))
-    if [ $((t - last_print)) -ge 500 ] || [ "$n" = 0 ]; then
+    if [ $((t - last_print)) -ge 500 ] || [ "$n" = 0 ] || [ -z "$sample_gid" ]; then
       printf '   +%5d ms  %-10s in flight %5d  recovery %s/%s\n' "$t" \
         "$(field health "$s")" "$n" "$(field recovery_done "$s")" \
         "$(field recovery_total "$s")"
       last_print=$t
+    fi
+    if [ -z "$sample_gid" ]; then
+      # Once: what was in flight (rows show each transaction as it is now).
+      ctl list "${unfinished_states[@]}" --page-size 5 >"$dir/in-flight.txt" || true
+      sed 's/^/   /' "$dir/in-flight.txt"
+      sample_gid=$(awk 'NR > 1 && NF >= 5 {print $1; exit}' "$dir/in-flight.txt")
+      [ -n "$sample_gid" ] || sample_gid=none
     fi
     if [ "$n" = 0 ]; then
       recovery_ms=$t
@@ -227,10 +231,10 @@ echo "   unfinished: $left"
 confirmed=$(ctl list --all --state confirmed --page-size 1000 | tail -1 | awk '{print $1}') || true
 cancelled=$(ctl list --all --state cancelled --page-size 1000 | tail -1 | awk '{print $1}') || true
 echo "   confirmed $confirmed, cancelled $cancelled"
-if [ -n "$sample_gid" ]; then
+if [ -n "$sample_gid" ] && [ "$sample_gid" != none ]; then
   echo
   echo "== one of the transactions recovered: tccctl show $sample_gid"
-  ctl show "$sample_gid" || violation "show $sample_gid failed"
+  ctl show "$sample_gid" | sed 's/^/   /' || violation "show $sample_gid failed"
 fi
 
 # tcc-bank-demo: three more transfers through the restarted tccd, each
