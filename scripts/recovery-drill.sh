@@ -150,8 +150,14 @@ register_pid=$!
 pids+=("$register_pid")
 sleep 1.5
 
+unfinished_states=(--state open --state trying --state awaiting_approval
+  --state confirming --state cancelling)
 before=$(ctl --json status)
-echo "   just before the kill: in flight $(in_flight "$before")"
+echo "   just before the kill: in flight $(in_flight "$before"); the oldest:"
+ctl list "${unfinished_states[@]}" --page-size 3 >"$dir/before-kill.txt" || true
+sed 's/^/   /' "$dir/before-kill.txt"
+# One of them, to look at once recovered.
+sample_gid=$(awk 'NR > 1 && NF >= 5 {print $1; exit}' "$dir/before-kill.txt")
 kill -KILL "$tccd_pid"
 wait "$tccd_pid" 2>/dev/null || true
 forget "$tccd_pid"
@@ -182,11 +188,9 @@ if [ $started = 0 ]; then
 fi
 serving_ms=$(now_ms)
 echo "== tccd restarted (pid $pid), serving after $((serving_ms - restart_ms)) ms; resolving what was in flight:"
-unfinished_states=(--state open --state trying --state awaiting_approval
-  --state confirming --state cancelling)
 # Polls status until nothing is in flight (bounded: 90 s).
 recovered=0
-sample_gid=""
+listed=0
 last_print=0
 recovery_ms=-1
 at_restart=""
@@ -196,19 +200,17 @@ for _ in $(seq 900); do
     n=$(in_flight "$s")
     [ -n "$at_restart" ] || at_restart=$n
     t=$(($(now_ms) - restart_ms))
-    if [ $((t - last_print)) -ge 500 ] || [ "$n" = 0 ] || [ -z "$sample_gid" ]; then
+    if [ $((t - last_print)) -ge 500 ] || [ "$n" = 0 ] || [ $listed = 0 ]; then
       printf '   +%5d ms  %-10s in flight %5d  recovery %s/%s\n' "$t" \
         "$(field health "$s")" "$n" "$(field recovery_done "$s")" \
         "$(field recovery_total "$s")"
       last_print=$t
     fi
-    if [ -z "$sample_gid" ]; then
-      # Once: what was in flight (rows show each transaction as it is now).
-      ctl list "${unfinished_states[@]}" --page-size 5 >"$dir/in-flight.txt" || true
-      sed 's/^/   /' "$dir/in-flight.txt"
-      sample_gid=$(awk 'NR > 1 && NF >= 5 {print $1; exit}' "$dir/in-flight.txt")
-      [ -n "$sample_gid" ] || sample_gid=none
+    if [ $listed = 0 ] && [ "$n" != 0 ]; then
+      # Once: what is still in flight.
+      ctl list "${unfinished_states[@]}" --page-size 5 | sed 's/^/   /' || true
     fi
+    listed=1
     if [ "$n" = 0 ]; then
       recovery_ms=$t
       recovered=$(field recovery_total "$s")
@@ -231,9 +233,9 @@ echo "   unfinished: $left"
 confirmed=$(ctl list --all --state confirmed --page-size 1000 | tail -1 | awk '{print $1}') || true
 cancelled=$(ctl list --all --state cancelled --page-size 1000 | tail -1 | awk '{print $1}') || true
 echo "   confirmed $confirmed, cancelled $cancelled"
-if [ -n "$sample_gid" ] && [ "$sample_gid" != none ]; then
+if [ -n "$sample_gid" ]; then
   echo
-  echo "== one of the transactions recovered: tccctl show $sample_gid"
+  echo "== one that was in flight at the kill: tccctl show $sample_gid"
   ctl show "$sample_gid" | sed 's/^/   /' || violation "show $sample_gid failed"
 fi
 
