@@ -208,7 +208,11 @@ for _ in $(seq 900); do
     fi
     if [ $listed = 0 ] && [ "$n" != 0 ]; then
       # Once: what is still in flight.
-      ctl list "${unfinished_states[@]}" --page-size 5 | sed 's/^/   /' || true
+      ctl list "${unfinished_states[@]}" --page-size 5 >"$dir/in-flight.txt" || true
+      sed 's/^/   /' "$dir/in-flight.txt"
+      # Rather one the restarted tccd found unfinished, to look at later.
+      g=$(awk 'NR > 1 && NF >= 5 {print $1; exit}' "$dir/in-flight.txt")
+      [ -z "$g" ] || sample_gid=$g
     fi
     listed=1
     if [ "$n" = 0 ]; then
@@ -235,7 +239,7 @@ cancelled=$(ctl list --all --state cancelled --page-size 1000 | tail -1 | awk '{
 echo "   confirmed $confirmed, cancelled $cancelled"
 if [ -n "$sample_gid" ]; then
   echo
-  echo "== one that was in flight at the kill: tccctl show $sample_gid"
+  echo "== one that was in flight: tccctl show $sample_gid"
   ctl show "$sample_gid" | sed 's/^/   /' || violation "show $sample_gid failed"
 fi
 
