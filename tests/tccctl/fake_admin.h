@@ -109,12 +109,24 @@ class FakeAdmin final : public tcc::v1::Admin::Service {
 // PEM files for TLS tests, made with the openssl command: a CA, a server
 // certificate for 127.0.0.1 and "localhost", a client certificate "alice".
 struct Pki {
-  std::string dir;
+  // Removes the dir when Pki goes, also when its constructor's REQUIRE throws.
+  struct OwnedDir {
+    std::string path;
+    OwnedDir() {
+      std::string tmpl = std::filesystem::temp_directory_path().string() +
+                         "/tccctl-pki-XXXXXX";
+      REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+      path = tmpl;
+    }
+    ~OwnedDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  };
+  OwnedDir owned;
+  std::string dir = owned.path;
+
   Pki() {
-    std::string tmpl =
-        std::filesystem::temp_directory_path().string() + "/tccctl-pki-XXXXXX";
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    dir = tmpl;
     const std::string script =
         "set -e; cd '" + dir +
         "'; k='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'; "
@@ -136,10 +148,6 @@ struct Pki {
     const int rc = std::system(cmd.c_str());
     INFO(Read("openssl.log"));
     REQUIRE(rc == 0);
-  }
-  ~Pki() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
   }
   std::string Read(const std::string& name) const {
     std::ifstream in(dir + "/" + name);

@@ -187,14 +187,25 @@ bool Contains(const std::string& text, const std::string& part) {
 
 // A cluster with an admin token file (mode 0600, `alice TOKEN`) and a
 // client-side token file for tccctl; every tccctl run goes to its listener.
+// Removes a temp dir when it goes, also when a REQUIRE in a constructor
+// that holds it throws.
+struct OwnedDir {
+  std::string path;
+  explicit OwnedDir(const std::string& name) : path(TempDir(name)) {}
+  ~OwnedDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
 struct Fixture {
+  OwnedDir owned;
   std::string dir;
   std::string token_file;
   std::unique_ptr<BankCluster> cluster;
 
-  explicit Fixture(const std::string& name,
-                   const std::string& config_yaml = "") {
-    dir = TempDir(name);
+  explicit Fixture(const std::string& name, const std::string& config_yaml = "")
+      : owned(name), dir(owned.path) {
     const std::string token = RandomToken();
     WriteFile(dir + "/admin-tokens", "# tccd admins\nalice " + token + "\n",
               0600);
@@ -217,11 +228,7 @@ struct Fixture {
     INFO(started.ToString());
     REQUIRE(started.ok());
   }
-  ~Fixture() {
-    cluster.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
+  ~Fixture() { cluster.reset(); }  // processes stop before the dir goes
 
   std::string Addr() const {
     return "127.0.0.1:" + std::to_string(cluster->tccd_port());
@@ -720,7 +727,8 @@ TEST_CASE("tccctl --tls-ca/--tls-cert/--tls-key reach an mTLS admin listener") {
   // tested here is how tccctl's flags become the TLS handshake.
   tcc::tccctl::testing::Pki pki;
   tcc::tccctl::testing::FakeAdminServer server(&pki, /*require_client=*/true);
-  const std::string dir = TempDir("tls");
+  OwnedDir owned("tls");
+  const std::string& dir = owned.path;
   const std::string addr = "127.0.0.1:" + std::to_string(server.port);
   const std::string p = pki.dir + "/";
   auto run = [&](std::vector<std::string> args) {
@@ -748,6 +756,4 @@ TEST_CASE("tccctl --tls-ca/--tls-cert/--tls-key reach an mTLS admin listener") {
              "status"})
             .exit_code == 2);
   CHECK(run({"--tls-ca", p + "missing.pem", "status"}).exit_code == 2);
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
 }
