@@ -11,6 +11,7 @@
 #include "server/config.h"
 #include "server/logging.h"
 #include "server/server.h"
+#include "server/tls.h"
 
 namespace {
 
@@ -87,6 +88,9 @@ int main(int argc, char** argv) {
     }
   }
   if (absl::Status s = tcc::server::ValidateConfig(config); !s.ok()) {
+    return Fail(s.ToString());
+  }
+  if (absl::Status s = tcc::server::CheckTlsFiles(config); !s.ok()) {
     return Fail(s.ToString());
   }
   if (absl::Status s =

@@ -171,6 +171,9 @@ struct BarrierHarness {
   TEST_CASE("rocksdb: " title, "[rocksdb]") {                                  \
     fn<::tcc::testing::RocksDbEnv>();                                          \
   }                                                                            \
+  TEST_CASE("rocksdb, group commit: " title, "[rocksdb]") {                    \
+    fn<::tcc::testing::RocksDbGroupCommitEnv>();                               \
+  }                                                                            \
   TEST_CASE("postgres: " title, "[postgres]") {                                \
     fn<::tcc::testing::PostgresEnv>();                                         \
   }

@@ -97,6 +97,26 @@ class RocksDbEnv {
   std::unique_ptr<barrier::RocksDbBarrierStore> store_;
 };
 
+// RocksDB with group commit: commits return before they are durable, and
+// WhenDurable waits for the syncer.
+class RocksDbGroupCommitEnv {
+ public:
+  static constexpr const char* kName = "rocksdb-group-commit";
+  explicit RocksDbGroupCommitEnv(StoreOptions o = {}) {
+    auto opened =
+        barrier::RocksDbBarrierStore::Open({.path = dir_.path() + "/db",
+                                            .lock_timeout = o.lock_timeout,
+                                            .group_commit = true});
+    REQUIRE(opened.ok());
+    store_ = std::move(*opened);
+  }
+  barrier::RocksDbBarrierStore& store() { return *store_; }
+
+ private:
+  TempDir dir_;
+  std::unique_ptr<barrier::RocksDbBarrierStore> store_;
+};
+
 class PostgresEnv {
  public:
   static constexpr const char* kName = "postgres";

@@ -5,10 +5,14 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace tcc::harness {
 namespace {
@@ -18,6 +22,13 @@ constexpr int64_t kStartTimeoutMs = 30000;
 void SetDeadline(grpc::ClientContext& ctx, int64_t ms) {
   ctx.set_deadline(gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                 gpr_time_from_millis(ms, GPR_TIMESPAN)));
+}
+
+std::string ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace
@@ -30,10 +41,26 @@ BankCluster::~BankCluster() {
   for (auto& [name, p] : banks_) {
     if (p) p->Kill();
   }
+  if (options_.remove_root_dir &&
+      std::getenv("TCC_KEEP_TEST_DIRS") == nullptr) {
+    std::error_code ec;
+    std::filesystem::remove_all(options_.root_dir, ec);
+  }
 }
 
 absl::Status BankCluster::Start() {
   std::filesystem::create_directories(options_.root_dir);
+  if (options_.tls.enabled && !pki_) {
+    auto pki = MakeTestPki(options_.root_dir + "/pki");
+    if (!pki.ok()) return pki.status();
+    auto tccd = pki->IssueClientCert("tccd");
+    if (!tccd.ok()) return tccd.status();
+    auto harness = pki->IssueClientCert("harness");
+    if (!harness.ok()) return harness.status();
+    pki_ = std::move(*pki);
+    tccd_cert_ = *tccd;
+    harness_cert_ = *harness;
+  }
   for (const auto& name : options_.banks) {
     if (absl::Status s = StartBank(name); !s.ok()) return s;
   }
@@ -65,6 +92,11 @@ absl::Status BankCluster::StartBank(const std::string& name) {
     argv.push_back("--pg-url");
     argv.push_back(options_.pg_url);
   }
+  if (pki_) {
+    argv.insert(argv.end(),
+                {"--tls-cert", pki_->server().cert_file, "--tls-key",
+                 pki_->server().key_file, "--tls-client-ca", pki_->ca_file()});
+  }
   std::map<std::string, std::string> env;
   if (options_.bank_env.count(name)) env = options_.bank_env[name];
   auto p = Process::Start(
@@ -75,9 +107,8 @@ absl::Status BankCluster::StartBank(const std::string& name) {
   bank_ports_[name] = *listening;
   banks_[name] = std::move(*p);
   if (!bank_stubs_.count(name)) {
-    bank_stubs_[name] = tcc::examples::bank::Bank::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", *listening),
-                            grpc::InsecureChannelCredentials()));
+    bank_stubs_[name] = tcc::examples::bank::Bank::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", *listening), ClientCredentials()));
   }
   return absl::OkStatus();
 }
@@ -96,9 +127,16 @@ absl::Status BankCluster::StartTccd() {
                                    "off",
                                    "--log-level",
                                    "info"};
-  for (const auto& name : options_.banks) {
-    argv.push_back("--participant");
-    argv.push_back(absl::StrCat(name, "=127.0.0.1:", bank_ports_[name]));
+  if (pki_) {
+    auto config = WriteTlsTccdConfig();
+    if (!config.ok()) return config.status();
+    argv.push_back("--config");
+    argv.push_back(*config);
+  } else {
+    for (const auto& name : options_.banks) {
+      argv.push_back("--participant");
+      argv.push_back(absl::StrCat(name, "=127.0.0.1:", bank_ports_[name]));
+    }
   }
   for (const auto& a : options_.tccd_args) argv.push_back(a);
   ++tccd_starts_;
@@ -131,9 +169,64 @@ absl::StatusOr<int> BankCluster::StopTccd(int64_t timeout_ms) {
   return tccd_->Wait(timeout_ms);
 }
 
+absl::StatusOr<std::string> BankCluster::WriteTlsTccdConfig() {
+  // Paths are quoted: the root dir is a temp dir without quotes in it.
+  auto q = [](const std::string& path) {
+    return absl::StrCat("\"", path, "\"");
+  };
+  std::string yaml =
+      absl::StrCat("tls:\n  mode: ", options_.tls.listener_mode,
+                   "\n  cert_file: ", q(pki_->server().cert_file),
+                   "\n  key_file: ", q(pki_->server().key_file), "\n");
+  if (options_.tls.listener_mode == "mtls") {
+    absl::StrAppend(&yaml, "  client_ca_file: ", q(pki_->ca_file()), "\n");
+  }
+  if (options_.tls.admin_listener) {
+    absl::StrAppend(
+        &yaml, "admin_listen: 127.0.0.1:0\nadmin:\n  tls:\n",
+        "    mode: mtls\n    cert_file: ", q(pki_->server().cert_file),
+        "\n    key_file: ", q(pki_->server().key_file),
+        "\n    client_ca_file: ", q(pki_->ca_file()), "\n");
+  }
+  if (!options_.tls.admin_client_identities.empty()) {
+    if (!options_.tls.admin_listener) absl::StrAppend(&yaml, "admin:\n");
+    absl::StrAppend(&yaml, "  client_identities: [",
+                    absl::StrJoin(options_.tls.admin_client_identities, ", "),
+                    "]\n");
+  }
+  absl::StrAppend(&yaml, "participants:\n");
+  for (const auto& name : options_.banks) {
+    const auto ca = options_.tls.participant_ca_file.find(name);
+    absl::StrAppend(
+        &yaml, "  ", name, ":\n    address: 127.0.0.1:", bank_ports_[name],
+        "\n    tls:\n      enabled: true\n      ca_file: ",
+        q(ca == options_.tls.participant_ca_file.end() ? pki_->ca_file()
+                                                       : ca->second),
+        "\n      cert_file: ", q(tccd_cert_.cert_file),
+        "\n      key_file: ", q(tccd_cert_.key_file), "\n");
+  }
+  const std::string path = options_.root_dir + "/tccd.yaml";
+  std::ofstream out(path, std::ios::trunc);
+  out << yaml;
+  out.close();
+  if (!out) return absl::InternalError("cannot write " + path);
+  return path;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> BankCluster::ClientCredentials()
+    const {
+  if (!pki_) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = ReadWholeFile(pki_->ca_file());
+  ssl.pem_cert_chain = ReadWholeFile(harness_cert_.cert_file);
+  ssl.pem_private_key = ReadWholeFile(harness_cert_.key_file);
+  return grpc::SslCredentials(ssl);
+}
+
 std::unique_ptr<client::CoordinatorClient> BankCluster::NewClient(
     int max_attempts, int64_t attempt_timeout_ms) {
   client::ClientOptions o;
+  o.credentials = ClientCredentials();
   o.address = absl::StrCat("127.0.0.1:", tccd_port_);
   o.max_attempts = max_attempts;
   o.attempt_timeout_ms = attempt_timeout_ms;

@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,11 +19,36 @@
 #include "bank.grpc.pb.h"
 #include "process.h"
 #include "tcc/client/coordinator_client.h"
+#include "test_certs.h"
 
 namespace tcc::harness {
 
+// The whole cluster over TLS, with certificates made at start (TestPki under
+// `<root_dir>/pki`): every bank serves mutual TLS and accepts only callers
+// with a certificate from the PKI's CA; tccd dials them with TLS, trusting
+// that CA and presenting its client certificate (CN=tccd); tccd's client
+// listener serves `listener_mode`; the harness's clients trust the CA (and,
+// for mtls, present CN=harness). tccd's config is then a YAML file the
+// harness writes (`<root_dir>/tccd.yaml`, passed with --config).
+struct ClusterTls {
+  bool enabled = false;
+  std::string listener_mode = "tls";  // tccd's client listener: tls or mtls
+  // Per bank: the CA tccd trusts for it instead of the PKI's (to test a
+  // wrong one). Applies at tccd's next start.
+  std::map<std::string, std::string> participant_ca_file;
+  // Serve the admin API on its own port (admin_listen 127.0.0.1:0, printed
+  // as "admin port N") in mutual TLS with the PKI's server certificate and CA.
+  bool admin_listener = false;
+  // Client-certificate identities (CNs) that are admins
+  // (admin.client_identities); needs admin_listener or listener_mode mtls.
+  std::vector<std::string> admin_client_identities;
+};
+
 struct ClusterOptions {
   std::string root_dir;  // data dirs and logs go under it
+  // Remove root_dir when the cluster goes (unless TCC_KEEP_TEST_DIRS is set):
+  // each tccd and bank data dir takes tens of MB.
+  bool remove_root_dir = false;
   std::string tccd_bin;  // path to tccd
   std::string bank_bin;  // path to tcc-bank
   std::vector<std::string> banks = {"bank-a", "bank-b"};
@@ -35,6 +61,7 @@ struct ClusterOptions {
   std::vector<std::string> tccd_args;  // extra flags
   std::map<std::string, std::string> tccd_env;
   std::map<std::string, std::map<std::string, std::string>> bank_env;
+  ClusterTls tls;
 };
 
 class BankCluster {
@@ -62,6 +89,14 @@ class BankCluster {
   void SetTccdEnv(std::map<std::string, std::string> env) {
     options_.tccd_env = std::move(env);
   }
+
+  // The TLS settings for tccd's next start (e.g. to fix a participant's CA).
+  void SetTccdTls(ClusterTls tls) { options_.tls = std::move(tls); }
+  // The certificates of a TLS cluster (null without TLS).
+  const TestPki* pki() const { return pki_ ? &*pki_ : nullptr; }
+  // How the harness dials tccd and the banks: plaintext, or TLS trusting the
+  // PKI's CA with the CN=harness client certificate.
+  std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() const;
 
   int tccd_port() const { return tccd_port_; }
   int bank_port(const std::string& name) { return bank_ports_[name]; }
@@ -92,7 +127,13 @@ class BankCluster {
   }
 
  private:
+  // Writes tccd's YAML config for a TLS cluster; returns its path.
+  [[nodiscard]] absl::StatusOr<std::string> WriteTlsTccdConfig();
+
   ClusterOptions options_;
+  std::optional<TestPki> pki_;
+  CertFiles tccd_cert_;
+  CertFiles harness_cert_;
   std::unique_ptr<Process> tccd_;
   int tccd_port_ = 0;
   int tccd_starts_ = 0;

@@ -54,6 +54,7 @@ std::string TempDir(const std::string& name) {
 ClusterOptions Options(const std::string& name) {
   ClusterOptions o;
   o.root_dir = TempDir(name);
+  o.remove_root_dir = true;
   o.tccd_bin = TCC_TCCD_BIN;
   o.bank_bin = TCC_BANK_BIN;
   o.accounts = 20;
@@ -62,14 +63,6 @@ ClusterOptions Options(const std::string& name) {
 
   return o;
 }
-
-struct Cleanup {
-  std::string dir;
-  ~Cleanup() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
 
 int64_t BalanceOf(BankCluster& c, const std::string& bank, uint32_t account) {
   auto a = c.Account(bank, account);

@@ -51,6 +51,22 @@ TEST_CASE("regression seeds", "[sim]") {
   }
 }
 
+TEST_CASE("slow links that stay slow: timeouts grow until calls answer",
+          "[sim]") {
+  // Adaptive timeouts learned only from answered calls: on links slower than
+  // the current timeout no call ever answered, so the timeout never grew and
+  // seed 1956 never finished. Timed-out calls now count as samples.
+  SimOptions options;
+  options.slow_links_stay = true;
+  SearchBudget budget;
+  budget.first_seed = 1900;
+  budget.seeds = 200;  // 1956 among them
+  const SearchSummary s = Search(options, budget);
+  INFO((s.failure ? DescribeFailure(*s.failure, options) : "no failure"));
+  REQUIRE(s.violations == 0);
+  CHECK(s.seeds == budget.seeds);
+}
+
 TEST_CASE("a seed replays exactly", "[sim]") {
   SimOptions options;
   options.short_run = true;

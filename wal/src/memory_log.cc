@@ -34,7 +34,7 @@ absl::Status MemoryLog::ApplyAppend(State& state,
     it = state.txns.emplace(request.gid, Txn{}).first;
     state.by_registration.emplace(plan->summary.registered_at_ms, request.gid);
   }
-  it->second.summary = std::move(plan->summary);
+  if (plan->summary_set) it->second.summary = std::move(plan->summary);
   it->second.records.insert(it->second.records.end(), request.records.begin(),
                             request.records.end());
   for (Approval& a : plan->consumed) {

@@ -25,7 +25,11 @@ class Writer {
   explicit Writer(std::string& out) : out_(out) {}
   void U8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
   void U32(uint32_t v) {
-    for (int i = 3; i >= 0; --i) U8(static_cast<uint8_t>(v >> (8 * i)));
+    char bytes[4];
+    for (int i = 0; i < 4; ++i) {
+      bytes[i] = static_cast<char>(v >> (8 * (3 - i)));
+    }
+    out_.append(bytes, sizeof(bytes));
   }
   void U64(uint64_t v) { PutU64(out_, v); }
   void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
@@ -304,7 +308,9 @@ Record GetRecordBody(Reader& r) {
 }  // namespace
 
 void PutU64(std::string& out, uint64_t v) {
-  for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>(v >> (8 * i)));
+  char bytes[8];
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>(v >> (8 * (7 - i)));
+  out.append(bytes, sizeof(bytes));
 }
 
 bool GetU64(std::string_view& in, uint64_t& v) {
@@ -315,11 +321,15 @@ bool GetU64(std::string_view& in, uint64_t& v) {
   return true;
 }
 
-std::string EncodeRecord(const Record& record) {
-  std::string out;
+void EncodeRecordTo(const Record& record, std::string& out) {
   Writer w(out);
   w.U8(kFormatVersion);
   std::visit([&w](const auto& r) { Put(w, r); }, record);
+}
+
+std::string EncodeRecord(const Record& record) {
+  std::string out;
+  EncodeRecordTo(record, out);
   return out;
 }
 

@@ -60,6 +60,8 @@ namespace tcc::wal::internal {
 inline constexpr uint8_t kFormatVersion = 1;
 
 std::string EncodeRecord(const Record& record);
+// The same, appended to `out` (whose buffer a caller may reuse).
+void EncodeRecordTo(const Record& record, std::string& out);
 [[nodiscard]] absl::StatusOr<Record> DecodeRecord(std::string_view bytes);
 
 // A summary as stored, with the number of records the gid has (which numbers

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -23,7 +24,10 @@
 #include "rocksdb/db.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_system.h"
+#include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
+#include "rocksdb/slice_transform.h"
+#include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 #include "tcc/failpoint/failpoint.h"
 
@@ -90,6 +94,49 @@ bool SameSummary(const TxnSummary& a, const TxnSummary& b) {
          a.participants == b.participants && a.compacted == b.compacted;
 }
 
+// Where the memtable keeps an insert hint (the position of the last insert
+// of the same prefix): the records of one gid ("r/<gid>/", inserted in seq
+// order) and each time index ("o/", "u/", "f/", "c/", inserted in about time
+// order). A key lands next to the previous one of its prefix, so the skiplist
+// insert starts there instead of searching from the top: with many gids
+// appending at once this was most of the writer's CPU per append. Only the
+// insert position is affected, never what is stored or read.
+//
+// Off while RocksDB replays its WAL at open: the replay inserts each batch's
+// keys in the order they were written, which the skiplist's own last-insert
+// position already serves, and a hint for every gid replayed (most have a
+// record or two there) only cost a hint each (about 10% more CPU to reopen
+// and scan 100,000 unfinished transactions). SetEnabled(true) after the open.
+class InsertHintPrefix final : public rocksdb::SliceTransform {
+ public:
+  const char* Name() const override { return "tcc.wal.InsertHintPrefix"; }
+  void SetEnabled(bool enabled) { enabled_.store(enabled); }
+  bool InDomain(const rocksdb::Slice& key) const override {
+    if (!enabled_.load(std::memory_order_relaxed)) return false;
+    if (key.size() < 3 || key[1] != '/') return false;
+    switch (key[0]) {
+      case 'r':
+        return std::memchr(key.data() + 2, '/', key.size() - 2) != nullptr;
+      case 'o':
+      case 'u':
+      case 'f':
+      case 'c':
+        return true;
+      default:
+        return false;
+    }
+  }
+  rocksdb::Slice Transform(const rocksdb::Slice& key) const override {
+    if (key[0] != 'r') return rocksdb::Slice(key.data(), 2);
+    const char* end = static_cast<const char*>(
+        std::memchr(key.data() + 2, '/', key.size() - 2));
+    return rocksdb::Slice(key.data(), end - key.data() + 1);
+  }
+
+ private:
+  std::atomic<bool> enabled_{false};
+};
+
 // A summary as the writer sees it: record_count and record_bytes exact (not
 // as last stored), and the size of its stored encoding for byte counts.
 struct SummaryEntry {
@@ -99,16 +146,23 @@ struct SummaryEntry {
 
 }  // namespace
 
-// One unit of work for the writer thread.
+// One unit of work for the writer thread. Most are appends; an approval is
+// behind a pointer so that moving an append through the queue stays cheap.
 struct WorkItem {
   enum class Kind { kAppend, kApproval, kEpoch, kRetention };
   Kind kind = Kind::kAppend;
   bool durable = true;
   AppendRequest append;
-  Approval approval;
+  std::unique_ptr<Approval> approval;  // kApproval
   std::vector<std::pair<std::string, internal::RetentionStep>> removals;
   uint64_t* epoch_out = nullptr;  // kEpoch: where the new epoch goes
   AppendDone done;
+};
+
+// A written durable item waiting for the syncer: all it needs of the item.
+struct SyncWaiter {
+  AppendDone done;
+  bool append = false;  // counts as a synced append
 };
 
 class RocksDbLog::Impl {
@@ -155,10 +209,22 @@ class RocksDbLog::Impl {
   int64_t horizon() const { return horizon_.load(); }
 
  private:
-  // The writer's view of the state while it builds one group.
+  // What the writer knows of one gid: whether the log holds it and, if so,
+  // its summary with exact counts.
+  struct IndexEntry {
+    bool present = false;
+    SummaryEntry summary;  // when present
+  };
+
+  // The writer's view of the state while it builds one group. Summaries are
+  // changed in index_ directly: an item is checked in full before it changes
+  // anything, and a group whose write fails stops the log for good.
   struct GroupView {
-    std::map<std::string, std::optional<SummaryEntry>> summaries;
     std::map<std::string, std::optional<Approval>> approvals;
+    // Gids whose index_ entries are dropped after the group unless they are
+    // (again) present and unfinished: entries loaded absent or final, and
+    // transactions this group finished or forgot.
+    std::vector<std::string> settled;
     int64_t live_bytes = 0;
     int64_t unfinished = 0;
     int64_t horizon = 0;
@@ -167,7 +233,7 @@ class RocksDbLog::Impl {
 
   void WriterLoop();
   void SyncerLoop();
-  void ProcessGroup(std::deque<WorkItem>& group);
+  void ProcessGroup(std::vector<WorkItem>& group);
   absl::Status ApplyItem(WorkItem& item, GroupView& view,
                          rocksdb::WriteBatch& batch);
   absl::Status ApplyAppend(const AppendRequest& request, GroupView& view,
@@ -176,11 +242,18 @@ class RocksDbLog::Impl {
                              rocksdb::WriteBatch& batch);
   absl::Status ApplyRemovals(const WorkItem& item, GroupView& view,
                              rocksdb::WriteBatch& batch);
-  absl::StatusOr<std::optional<SummaryEntry>> ViewSummary(
-      GroupView& view, const std::string& gid);
+  // The writer's entry for `gid`, loaded from the database on first use.
+  absl::StatusOr<IndexEntry*> FindSummary(GroupView& view,
+                                          const std::string& gid);
+  absl::Status LoadSummary(const std::string& gid, IndexEntry& entry);
+  // Drops the entries the group settled, and all when there are too many.
+  void Settle(GroupView& view);
   absl::StatusOr<std::optional<Approval>> ViewApproval(GroupView& view,
                                                        const std::string& id);
-  void FailStop(absl::Status status, std::deque<WorkItem>& group);
+  // Stops the log: completes everything written or queued, then `own`
+  // (WorkItems or SyncWaiters), with the failure.
+  template <typename Items>
+  void FailStop(absl::Status status, Items& own);
 
   absl::StatusOr<std::optional<StoredSummary>> GetSummary(
       const rocksdb::ReadOptions& ro, std::string_view gid);
@@ -196,18 +269,24 @@ class RocksDbLog::Impl {
 
   // Held around every flush and sync of RocksDB's WAL; taken before mu_.
   std::mutex io_mu_;
-  // The writer's cache of unfinished transactions' summaries as last
-  // written (writer thread only), to spare a read per append.
-  static constexpr size_t kMaxHotSummaries = 1 << 18;
-  std::unordered_map<std::string, SummaryEntry> hot_summaries_;
+  // The writer's index of unfinished transactions (and, during a group, of
+  // every gid it touched), so that an append reads nothing from RocksDB
+  // (writer thread only). The records and the summaries in RocksDB stay the
+  // truth: an entry not here is loaded from them.
+  static constexpr size_t kMaxIndexed = 1 << 18;
+  std::unordered_map<std::string, IndexEntry> index_;
+  // Reused by the writer for every group, so that appends allocate less.
+  rocksdb::WriteBatch batch_;
+  std::string key_buf_;
+  std::string value_buf_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<WorkItem> queue_;
+  std::vector<WorkItem> queue_;
   bool stop_ = false;
   absl::Status failure_;
   std::thread writer_;
   // Written durable items waiting for the syncer (guarded by mu_).
-  std::deque<WorkItem> syncing_;
+  std::vector<SyncWaiter> syncing_;
   std::condition_variable sync_cv_;
   bool sync_stop_ = false;
   std::thread syncer_;
@@ -262,6 +341,18 @@ absl::Status RocksDbLog::Impl::Open() {
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   options.keep_log_file_num = 3;
   options.max_background_jobs = 2;
+  auto insert_hints = std::make_shared<InsertHintPrefix>();
+  options.memtable_insert_with_hint_prefix_extractor = insert_hints;
+  // Whole-key Bloom filters in the memtable and the tables: the writer
+  // looks up the summary of every gid it does not hold in memory, and for a
+  // new gid (every registration) the answer is "not there", which without
+  // a filter takes a full memtable search and a probe of every table.
+  options.memtable_prefix_bloom_size_ratio = 0.02;
+  options.memtable_whole_key_filtering = true;
+  rocksdb::BlockBasedTableOptions table_options;
+  table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  options.table_factory.reset(
+      rocksdb::NewBlockBasedTableFactory(table_options));
   if (options_.file_system != nullptr) {
     env_ = rocksdb::NewCompositeEnv(options_.file_system);
     options.env = env_.get();
@@ -272,6 +363,7 @@ absl::Status RocksDbLog::Impl::Open() {
     return FromRocks(opened, absl::StrCat("can't open ", db_dir_.string()));
   }
   db_.reset(raw);
+  insert_hints->SetEnabled(true);  // the WAL is replayed
 
   std::string version;
   rocksdb::Status got =
@@ -361,8 +453,11 @@ void RocksDbLog::Impl::Enqueue(WorkItem item) {
 }
 
 void RocksDbLog::Impl::WriterLoop() {
+  // Swapped with queue_: each keeps its capacity, so enqueueing rarely
+  // allocates.
+  std::vector<WorkItem> group;
   while (true) {
-    std::deque<WorkItem> group;
+    group.clear();
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
@@ -381,12 +476,12 @@ void RocksDbLog::Impl::WriterLoop() {
   }
 }
 
-void RocksDbLog::Impl::FailStop(absl::Status status,
-                                std::deque<WorkItem>& group) {
+template <typename Items>
+void RocksDbLog::Impl::FailStop(absl::Status status, Items& own) {
   absl::Status failure = absl::UnavailableError(
       absl::StrCat("WAL failed and stopped (fail-stop): ", status.message()));
-  std::deque<WorkItem> queued;
-  std::deque<WorkItem> unsynced;
+  std::vector<WorkItem> queued;
+  std::vector<SyncWaiter> unsynced;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (failure_.ok()) failure_ = failure;
@@ -394,10 +489,10 @@ void RocksDbLog::Impl::FailStop(absl::Status status,
     queued.swap(queue_);
     unsynced.swap(syncing_);
   }
-  for (WorkItem& item : unsynced) {
-    if (item.done) item.done(failure);
+  for (SyncWaiter& waiter : unsynced) {
+    if (waiter.done) waiter.done(failure);
   }
-  for (WorkItem& item : group) {
+  for (auto& item : own) {
     if (item.done) item.done(failure);
   }
   for (WorkItem& item : queued) {
@@ -405,51 +500,70 @@ void RocksDbLog::Impl::FailStop(absl::Status status,
   }
 }
 
-absl::StatusOr<std::optional<SummaryEntry>> RocksDbLog::Impl::ViewSummary(
+absl::StatusOr<RocksDbLog::Impl::IndexEntry*> RocksDbLog::Impl::FindSummary(
     GroupView& view, const std::string& gid) {
-  auto it = view.summaries.find(gid);
-  if (it != view.summaries.end()) return it->second;
-  auto hot = hot_summaries_.find(gid);
-  if (hot != hot_summaries_.end()) {
-    return view.summaries.emplace(gid, hot->second).first->second;
+  auto [it, inserted] = index_.try_emplace(gid);
+  if (!inserted) return &it->second;
+  if (absl::Status s = LoadSummary(gid, it->second); !s.ok()) {
+    index_.erase(it);
+    return s;
   }
+  if (!it->second.present || IsFinal(it->second.summary.stored.summary.state)) {
+    view.settled.push_back(gid);
+  }
+  return &it->second;
+}
+
+absl::Status RocksDbLog::Impl::LoadSummary(const std::string& gid,
+                                           IndexEntry& entry) {
   std::string value;
   rocksdb::Status s =
       db_->Get(rocksdb::ReadOptions(), keys::Summary(gid), &value);
-  std::optional<SummaryEntry> entry;
-  if (s.ok()) {
-    absl::StatusOr<StoredSummary> stored = internal::DecodeSummary(value);
-    if (!stored.ok()) return stored.status();
-    entry = SummaryEntry{*std::move(stored), value.size()};
-    // The stored counts are as of the summary's last write; the records
-    // themselves say how many there are now.
-    entry->stored.record_count = 0;
-    entry->stored.record_bytes = 0;
-    const std::string prefix = keys::RecordPrefix(gid);
-    std::unique_ptr<rocksdb::Iterator> it(
-        db_->NewIterator(rocksdb::ReadOptions()));
-    for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
-         it->Next()) {
-      std::string_view seq_bytes =
-          it->key().ToStringView().substr(prefix.size());
-      uint64_t seq = 0;
-      if (!internal::GetU64(seq_bytes, seq) || !seq_bytes.empty()) {
-        return absl::DataLossError(
-            absl::StrCat("WAL: malformed record key of gid ", gid));
-      }
-      entry->stored.record_count =
-          std::max(entry->stored.record_count, seq + 1);
-      entry->stored.record_bytes += it->key().size() + it->value().size();
-    }
-    if (absl::Status st = FromRocks(it->status(), "reading records");
-        !st.ok()) {
-      return st;
-    }
-  } else if (!s.IsNotFound()) {
-    return FromRocks(s, "reading a summary");
+  if (s.IsNotFound()) {
+    entry.present = false;
+    return absl::OkStatus();
   }
-  view.summaries.emplace(gid, entry);
-  return entry;
+  if (!s.ok()) return FromRocks(s, "reading a summary");
+  absl::StatusOr<StoredSummary> stored = internal::DecodeSummary(value);
+  if (!stored.ok()) return stored.status();
+  entry.summary = SummaryEntry{*std::move(stored), value.size()};
+  // The stored counts are as of the summary's last write; the records
+  // themselves say how many there are now.
+  StoredSummary& counts = entry.summary.stored;
+  counts.record_count = 0;
+  counts.record_bytes = 0;
+  const std::string prefix = keys::RecordPrefix(gid);
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
+       it->Next()) {
+    std::string_view seq_bytes = it->key().ToStringView().substr(prefix.size());
+    uint64_t seq = 0;
+    if (!internal::GetU64(seq_bytes, seq) || !seq_bytes.empty()) {
+      return absl::DataLossError(
+          absl::StrCat("WAL: malformed record key of gid ", gid));
+    }
+    counts.record_count = std::max(counts.record_count, seq + 1);
+    counts.record_bytes += it->key().size() + it->value().size();
+  }
+  if (absl::Status st = FromRocks(it->status(), "reading records"); !st.ok()) {
+    return st;
+  }
+  entry.present = true;
+  return absl::OkStatus();
+}
+
+void RocksDbLog::Impl::Settle(GroupView& view) {
+  for (const std::string& gid : view.settled) {
+    auto it = index_.find(gid);
+    if (it != index_.end() &&
+        (!it->second.present ||
+         IsFinal(it->second.summary.stored.summary.state))) {
+      index_.erase(it);
+    }
+  }
+  view.settled.clear();
+  if (index_.size() > kMaxIndexed) index_.clear();
 }
 
 absl::StatusOr<std::optional<Approval>> RocksDbLog::Impl::ViewApproval(
@@ -474,10 +588,9 @@ absl::StatusOr<std::optional<Approval>> RocksDbLog::Impl::ViewApproval(
 absl::Status RocksDbLog::Impl::ApplyAppend(const AppendRequest& request,
                                            GroupView& view,
                                            rocksdb::WriteBatch& batch) {
-  absl::StatusOr<std::optional<SummaryEntry>> current =
-      ViewSummary(view, request.gid);
-  if (!current.ok()) return current.status();
-  absl::Status lookup_error;
+  absl::StatusOr<IndexEntry*> found = FindSummary(view, request.gid);
+  if (!found.ok()) return found.status();
+  IndexEntry& entry = **found;
   internal::ApprovalLookup lookup =
       [&](const std::string& id) -> absl::StatusOr<Approval> {
     absl::StatusOr<std::optional<Approval>> a = ViewApproval(view, id);
@@ -488,34 +601,38 @@ absl::Status RocksDbLog::Impl::ApplyAppend(const AppendRequest& request,
     return **a;
   };
   absl::StatusOr<internal::AppendPlan> plan = internal::PlanAppend(
-      request, current->has_value() ? &(*current)->stored.summary : nullptr,
-      lookup);
+      request, entry.present ? &entry.summary.stored.summary : nullptr, lookup);
   if (!plan.ok()) return plan.status();
 
-  SummaryEntry entry;
+  // Checked: from here on the append is applied, and nothing fails.
+  StoredSummary& stored = entry.summary.stored;
   int64_t delta = 0;
   bool was_final = false;
   // The summary is written when it changes (or is new), not for every
   // record: a record alone only moves the counts, which the writer keeps
   // exact in memory and derives from the records after a restart.
   bool write_summary = true;
-  if (current->has_value()) {
-    entry = **current;
-    was_final = IsFinal(entry.stored.summary.state);
-    write_summary = !SameSummary(entry.stored.summary, plan->summary);
+  if (entry.present) {
+    was_final = IsFinal(stored.summary.state);
+    write_summary =
+        plan->summary_set && !SameSummary(stored.summary, plan->summary);
   } else {
-    delta += static_cast<int64_t>(keys::Summary(request.gid).size());
+    entry.present = true;
+    entry.summary = SummaryEntry{};
+    delta += static_cast<int64_t>(keys::SummarySize(request.gid));
   }
-  const TxnSummary& next = plan->summary;
   for (const Record& record : request.records) {
-    const std::string key =
-        keys::Record(request.gid, entry.stored.record_count);
-    const std::string value = internal::EncodeRecord(record);
-    batch.Put(key, value);
-    ++entry.stored.record_count;
-    entry.stored.record_bytes += key.size() + value.size();
-    delta += static_cast<int64_t>(key.size() + value.size());
+    keys::RecordTo(key_buf_, request.gid, stored.record_count);
+    value_buf_.clear();
+    internal::EncodeRecordTo(record, value_buf_);
+    batch.Put(key_buf_, value_buf_);
+    const size_t bytes = key_buf_.size() + value_buf_.size();
+    ++stored.record_count;
+    stored.record_bytes += bytes;
+    delta += static_cast<int64_t>(bytes);
   }
+  if (plan->summary_set) stored.summary = std::move(plan->summary);
+  const TxnSummary& next = stored.summary;
   if (plan->registers) {
     const std::string o = keys::TimeIndex('o', next.registered_at_ms, next.gid);
     const std::string u = keys::TimeIndex('u', next.registered_at_ms, next.gid);
@@ -531,17 +648,16 @@ absl::Status RocksDbLog::Impl::ApplyAppend(const AppendRequest& request,
     batch.Put(f, "");
     delta += static_cast<int64_t>(f.size()) - static_cast<int64_t>(u.size());
     --view.unfinished;
+    view.settled.push_back(request.gid);
   }
-  entry.stored.summary = next;
   if (write_summary) {
-    const std::string summary = internal::EncodeSummary(
-        next, entry.stored.record_count, entry.stored.record_bytes);
+    const std::string summary =
+        internal::EncodeSummary(next, stored.record_count, stored.record_bytes);
     delta += static_cast<int64_t>(summary.size()) -
-             static_cast<int64_t>(entry.encoded_size);
-    entry.encoded_size = summary.size();
+             static_cast<int64_t>(entry.summary.encoded_size);
+    entry.summary.encoded_size = summary.size();
     batch.Put(keys::Summary(request.gid), summary);
   }
-  view.summaries[request.gid] = entry;
   for (const Approval& used : plan->consumed) {
     const std::string value = internal::EncodeApproval(used);
     batch.Put(keys::Approval(used.approval_id), value);  // same size as before
@@ -575,50 +691,54 @@ absl::Status RocksDbLog::Impl::ApplyApproval(const Approval& approval,
 absl::Status RocksDbLog::Impl::ApplyRemovals(const WorkItem& item,
                                              GroupView& view,
                                              rocksdb::WriteBatch& batch) {
-  // Read everything first, so that an error changes nothing.
+  // Load everything first, so that an error changes nothing.
+  std::vector<IndexEntry*> entries;
+  entries.reserve(item.removals.size());
   for (const auto& [gid, step] : item.removals) {
-    absl::StatusOr<std::optional<SummaryEntry>> current =
-        ViewSummary(view, gid);
-    if (!current.ok()) return current.status();
+    absl::StatusOr<IndexEntry*> found = FindSummary(view, gid);
+    if (!found.ok()) return found.status();
+    entries.push_back(*found);
   }
-  for (const auto& [gid, step] : item.removals) {
-    const std::optional<SummaryEntry>& current = view.summaries[gid];
-    if (!current.has_value()) continue;  // gone already
-    SummaryEntry entry = *current;
-    TxnSummary& s = entry.stored.summary;
+  for (size_t i = 0; i < item.removals.size(); ++i) {
+    const auto& [gid, step] = item.removals[i];
+    IndexEntry& entry = *entries[i];
+    if (!entry.present) continue;  // gone already
+    StoredSummary& stored = entry.summary.stored;
+    TxnSummary& s = stored.summary;
     if (!IsFinal(s.state)) continue;  // never an unfinished one
     const bool compact_only = step == internal::RetentionStep::kCompact;
     if (compact_only && s.compacted) continue;
     if (!s.compacted) {
-      for (uint64_t seq = 0; seq < entry.stored.record_count; ++seq) {
+      for (uint64_t seq = 0; seq < stored.record_count; ++seq) {
         batch.Delete(keys::Record(gid, seq));
       }
-      view.live_bytes -= static_cast<int64_t>(entry.stored.record_bytes);
+      view.live_bytes -= static_cast<int64_t>(stored.record_bytes);
     }
     const std::string old_index =
         keys::TimeIndex(s.compacted ? 'c' : 'f', s.finished_at_ms, gid);
     batch.Delete(old_index);
     view.live_bytes -= static_cast<int64_t>(old_index.size());
-    view.live_bytes -= static_cast<int64_t>(entry.encoded_size);
+    view.live_bytes -= static_cast<int64_t>(entry.summary.encoded_size);
     if (compact_only) {
       const std::string c = keys::TimeIndex('c', s.finished_at_ms, gid);
       batch.Put(c, "");
       s.compacted = true;
-      entry.stored.record_bytes = 0;
-      const std::string summary = internal::EncodeSummary(
-          s, entry.stored.record_count, entry.stored.record_bytes);
-      entry.encoded_size = summary.size();
+      stored.record_bytes = 0;
+      const std::string summary =
+          internal::EncodeSummary(s, stored.record_count, stored.record_bytes);
+      entry.summary.encoded_size = summary.size();
       batch.Put(keys::Summary(gid), summary);
       view.live_bytes += static_cast<int64_t>(c.size() + summary.size());
-      view.summaries[gid] = entry;
     } else {
       const std::string o = keys::TimeIndex('o', s.registered_at_ms, gid);
       batch.Delete(o);
       batch.Delete(keys::Summary(gid));
       view.live_bytes -=
-          static_cast<int64_t>(o.size() + keys::Summary(gid).size());
+          static_cast<int64_t>(o.size() + keys::SummarySize(gid));
       view.horizon = std::max(view.horizon, s.created_at_ms + 1);
-      view.summaries[gid] = std::nullopt;
+      entry.present = false;
+      entry.summary = SummaryEntry{};
+      view.settled.push_back(gid);
     }
   }
   return absl::OkStatus();
@@ -630,7 +750,7 @@ absl::Status RocksDbLog::Impl::ApplyItem(WorkItem& item, GroupView& view,
     case WorkItem::Kind::kAppend:
       return ApplyAppend(item.append, view, batch);
     case WorkItem::Kind::kApproval:
-      return ApplyApproval(item.approval, view, batch);
+      return ApplyApproval(*item.approval, view, batch);
     case WorkItem::Kind::kEpoch:
       ++view.owner_epoch;
       *item.epoch_out = view.owner_epoch;
@@ -642,7 +762,7 @@ absl::Status RocksDbLog::Impl::ApplyItem(WorkItem& item, GroupView& view,
   return absl::InternalError("unknown work item");
 }
 
-void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
+void RocksDbLog::Impl::ProcessGroup(std::vector<WorkItem>& group) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!failure_.ok()) {  // the syncer failed while this group waited
@@ -659,9 +779,11 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
   view.unfinished = unfinished_.load();
   view.horizon = horizon_.load();
   view.owner_epoch = owner_epoch_.load();
-  rocksdb::WriteBatch batch;
+  rocksdb::WriteBatch& batch = batch_;
+  batch.Clear();
   // Items accepted into the batch, and the ones refused (with why).
   std::vector<WorkItem*> accepted;
+  accepted.reserve(group.size());
   std::vector<std::pair<WorkItem*, absl::Status>> refused;
   bool needs_sync = false;
   for (WorkItem& item : group) {
@@ -683,7 +805,10 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
     if (item->done) item->done(std::move(status));
     item->done = nullptr;
   }
-  if (accepted.empty()) return;
+  if (accepted.empty()) {
+    Settle(view);
+    return;
+  }
 
   if (view.live_bytes != live_bytes_.load()) {
     batch.Put(
@@ -717,15 +842,8 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
     FailStop(std::move(s), group);
     return;
   }
-  // Written: the summaries this group leaves stay at hand for the next one.
-  for (auto& [gid, entry] : view.summaries) {
-    if (entry.has_value() && !IsFinal(entry->stored.summary.state)) {
-      hot_summaries_[gid] = *std::move(entry);
-    } else {
-      hot_summaries_.erase(gid);
-    }
-  }
-  if (hot_summaries_.size() > kMaxHotSummaries) hot_summaries_.clear();
+  // Written: the index keeps the unfinished transactions for the next group.
+  Settle(view);
   // Written: what readers see now. The durable items go to the syncer (the
   // syncer syncs while this thread writes the next group: one sync covers
   // every group written before it starts); buffered ones complete now.
@@ -737,7 +855,11 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (WorkItem* item : accepted) {
-        if (item->durable && item->done) syncing_.push_back(std::move(*item));
+        if (item->durable && item->done) {
+          syncing_.push_back(SyncWaiter{std::move(item->done),
+                                        item->kind == WorkItem::Kind::kAppend});
+          item->done = nullptr;
+        }
       }
     }
     sync_cv_.notify_one();
@@ -752,8 +874,10 @@ void RocksDbLog::Impl::ProcessGroup(std::deque<WorkItem>& group) {
 }
 
 void RocksDbLog::Impl::SyncerLoop() {
+  // Swapped with syncing_: each keeps its capacity.
+  std::vector<SyncWaiter> written;
   while (true) {
-    std::deque<WorkItem> written;
+    written.clear();
     absl::Status failure;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -763,8 +887,8 @@ void RocksDbLog::Impl::SyncerLoop() {
       failure = failure_;
     }
     if (!failure.ok()) {
-      for (WorkItem& item : written) {
-        if (item.done) item.done(failure);
+      for (SyncWaiter& waiter : written) {
+        if (waiter.done) waiter.done(failure);
       }
       continue;
     }
@@ -780,10 +904,10 @@ void RocksDbLog::Impl::SyncerLoop() {
       }
     }
     syncs_.fetch_add(1);
-    for (WorkItem& item : written) {
-      if (item.kind == WorkItem::Kind::kAppend) synced_appends_.fetch_add(1);
-      item.done(absl::OkStatus());
-    }
+    uint64_t appends = 0;
+    for (const SyncWaiter& waiter : written) appends += waiter.append ? 1 : 0;
+    synced_appends_.fetch_add(appends);
+    for (SyncWaiter& waiter : written) waiter.done(absl::OkStatus());
   }
 }
 
@@ -1073,7 +1197,7 @@ void RocksDbLog::Append(AppendRequest request, AppendDone done) {
 void RocksDbLog::PutApproval(Approval approval, AppendDone done) {
   WorkItem item;
   item.kind = WorkItem::Kind::kApproval;
-  item.approval = std::move(approval);
+  item.approval = std::make_unique<Approval>(std::move(approval));
   item.done = std::move(done);
   impl_->Enqueue(std::move(item));
 }

@@ -24,9 +24,13 @@ struct PendingCall {
 
 absl::Status ParticipantClient::Add(
     const std::string& name, const std::string& address,
-    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    std::shared_ptr<grpc::ChannelCredentials> credentials,
+    const std::string& ssl_target_name_override) {
   if (!credentials) credentials = grpc::InsecureChannelCredentials();
   grpc::ChannelArguments args;
+  if (!ssl_target_name_override.empty()) {
+    args.SetSslTargetNameOverride(ssl_target_name_override);
+  }
   // Reconnect quickly after a participant restarts.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);

@@ -40,10 +40,13 @@ class ParticipantClient {
   ParticipantClient& operator=(const ParticipantClient&) = delete;
 
   // Opens a channel to `address` for `name` (plaintext when `credentials` is
-  // null). ALREADY_EXISTS if the name is taken.
+  // null; with TLS, the peer's certificate must name
+  // `ssl_target_name_override` when set, else the address's host).
+  // ALREADY_EXISTS if the name is taken.
   [[nodiscard]] absl::Status Add(
       const std::string& name, const std::string& address,
-      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
+      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+      const std::string& ssl_target_name_override = "");
 
   bool Has(const std::string& name) const;
 

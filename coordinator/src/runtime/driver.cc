@@ -90,24 +90,36 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     return absl::OkStatus();
   }
 
-  // Runs `fn` on gid's shard if the driver is still alive.
-  void OnShard(const std::string& gid, std::function<void(Impl&, size_t)> fn) {
+  // Runs `fn` on gid's shard if the driver is still alive. `here`: the
+  // executor may run it on the calling thread (Executor::Dispatch), for
+  // callers that hold no lock (completions from the WAL and the transport,
+  // requests).
+  void OnShard(const std::string& gid, std::function<void(Impl&, size_t)> fn,
+               bool here = false) {
     const size_t s = ShardOf(gid);
     std::weak_ptr<Impl> weak = weak_from_this();
-    shards_[s].exec->Post([weak, s, fn = std::move(fn)] {
+    auto task = [weak, s, fn = std::move(fn)] {
       auto self = weak.lock();
       if (self && !self->halted_) fn(*self, s);
-    });
+    };
+    if (here) {
+      shards_[s].exec->Dispatch(std::move(task));
+    } else {
+      shards_[s].exec->Post(std::move(task));
+    }
   }
 
   // A request: loads the gid's owner (creating an empty one when `creates`),
   // then steps the event made for its request id.
   void Request(std::string gid, bool creates,
                std::function<Event(RequestId)> make, ReplyDone done) {
-    OnShard(gid, [gid, creates, make = std::move(make), done = std::move(done)](
-                     Impl& self, size_t s) mutable {
-      self.OnRequest(s, gid, creates, make, std::move(done));
-    });
+    OnShard(
+        gid,
+        [gid, creates, make = std::move(make), done = std::move(done)](
+            Impl& self, size_t s) mutable {
+          self.OnRequest(s, gid, creates, make, std::move(done));
+        },
+        /*here=*/true);
   }
 
   void Get(std::string gid, ReplyDone done) {
@@ -365,12 +377,38 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     core::StepResult r =
         core::Step(o->txn, event, clock_.WallMs(), options_.core);
     if (!r.status.ok()) return r.status;
-    for (auto& eff : r.effects) {
+    // One WAL append per step: the records of every persist effect of the
+    // step go, in order, with the step's first persist (durable if any of
+    // them is). Writing a record earlier than its place among the other
+    // effects only makes the write-ahead rule hold sooner; each persist's
+    // completion is still fed to the core, in order.
+    std::vector<bool> merged(r.effects.size(), false);
+    for (size_t i = 0; i < r.effects.size(); ++i) {
+      if (merged[i]) continue;
+      Effect& eff = r.effects[i];
       // Crash drills: `crash` kills the process between two effects; `error`
       // halts this driver there (in-process tests then drop it, as a crash).
       if (!failpoint::Eval("driver.before_effect").ok()) {
         halted_ = true;
         return absl::OkStatus();
+      }
+      if (auto* p = std::get_if<core::PersistEffect>(&eff)) {
+        std::vector<PersistSeq> seqs{
+            {p->seq, p->durability == wal::Durability::kDurable}};
+        for (size_t j = i + 1; j < r.effects.size(); ++j) {
+          auto* later = std::get_if<core::PersistEffect>(&r.effects[j]);
+          if (later == nullptr) continue;
+          merged[j] = true;
+          const bool durable = later->durability == wal::Durability::kDurable;
+          seqs.push_back({later->seq, durable});
+          if (durable) p->durability = wal::Durability::kDurable;
+          for (auto& rec : later->records) {
+            p->records.push_back(std::move(rec));
+          }
+        }
+        observer_->OnEffect(gid, eff);
+        RunPersist(gid, *p, std::move(seqs));
+        continue;
       }
       Run(s, gid, *o, eff);
     }
@@ -416,24 +454,48 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     return o.txn.branches[b].spec.branch_id;
   }
 
+  // A persist effect's sequence number, and whether it asked for durability.
+  struct PersistSeq {
+    uint64_t seq;
+    bool durable;
+  };
+
+  // Appends `p`'s records, which carry those of the persists `seqs` (in
+  // order); the core hears of each: DurableEvent for the durable ones once
+  // the append is durable, PersistFailedEvent for every one if it failed.
+  void RunPersist(const std::string& gid, core::PersistEffect& p,
+                  std::vector<PersistSeq> seqs) {
+    std::weak_ptr<Impl> weak = weak_from_this();
+    const bool durable = p.durability == wal::Durability::kDurable;
+    wal::AppendRequest req{gid, std::move(p.records), p.durability};
+    log_.Append(std::move(req), [weak, gid, durable,
+                                 seqs = std::move(seqs)](absl::Status st) {
+      // A buffered write that succeeded changes nothing for the core: no
+      // task (and no thread hand-off) for it.
+      if (st.ok() && !durable) return;
+      auto self = weak.lock();
+      if (!self) return;
+      self->OnShard(
+          gid,
+          [gid, seqs, st](Impl& me, size_t sh) {
+            for (const PersistSeq& p : seqs) {
+              if (!st.ok()) {
+                me.Feed(sh, gid, core::PersistFailedEvent{p.seq, st});
+              } else if (p.durable) {
+                me.Feed(sh, gid, core::DurableEvent{p.seq});
+              }
+            }
+          },
+          /*here=*/true);
+    });
+  }
+
   void Run(size_t s, const std::string& gid, Owner& o, Effect& eff) {
     observer_->OnEffect(gid, eff);
     std::weak_ptr<Impl> weak = weak_from_this();
     if (auto* p = std::get_if<core::PersistEffect>(&eff)) {
-      const uint64_t seq = p->seq;
-      const bool durable = p->durability == wal::Durability::kDurable;
-      wal::AppendRequest req{gid, std::move(p->records), p->durability};
-      log_.Append(std::move(req), [weak, gid, seq, durable](absl::Status st) {
-        auto self = weak.lock();
-        if (!self) return;
-        self->OnShard(gid, [gid, seq, durable, st](Impl& me, size_t sh) {
-          if (st.ok()) {
-            if (durable) me.Feed(sh, gid, core::DurableEvent{seq});
-          } else {
-            me.Feed(sh, gid, core::PersistFailedEvent{seq, st});
-          }
-        });
-      });
+      RunPersist(gid, *p,
+                 {{p->seq, p->durability == wal::Durability::kDurable}});
       return;
     }
     if (auto* c = std::get_if<core::CallEffect>(&eff)) {
@@ -586,28 +648,35 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
          start](absl::StatusOr<BranchAnswer> a) {
           auto self = weak.lock();
           if (!self) return;
-          self->OnShard(gid, [gid, c, participant, kind, start,
-                              a = std::move(a)](Impl& me, size_t sh) {
-            const bool reached = a.ok() || !IsTransient(a.status().code());
-            if (a.ok()) {
-              me.timeouts_.Observe(participant, kind,
-                                   me.clock_.MonotonicMs() - start);
-            }
-            me.BreakerResult(participant, reached);
-            core::CallReplyEvent e;
-            e.branch = c.branch;
-            e.phase = c.phase;
-            e.attempt = c.attempt;
-            if (a.ok()) {
-              e.status = absl::OkStatus();
-              e.outcome = a->outcome;
-              e.replayed = a->replayed;
-              e.message = a->message;
-            } else {
-              e.status = a.status();
-            }
-            me.Feed(sh, gid, e);
-          });
+          self->OnShard(
+              gid,
+              [gid, c, participant, kind, start, a = std::move(a)](Impl& me,
+                                                                   size_t sh) {
+                const bool reached = a.ok() || !IsTransient(a.status().code());
+                // A timed-out call took at least this long: counting it
+                // lets the timeout grow on a link that became slow and stays
+                // slow (else no call would answer in time to teach it).
+                if (a.ok() || a.status().code() ==
+                                  absl::StatusCode::kDeadlineExceeded) {
+                  me.timeouts_.Observe(participant, kind,
+                                       me.clock_.MonotonicMs() - start);
+                }
+                me.BreakerResult(participant, reached);
+                core::CallReplyEvent e;
+                e.branch = c.branch;
+                e.phase = c.phase;
+                e.attempt = c.attempt;
+                if (a.ok()) {
+                  e.status = absl::OkStatus();
+                  e.outcome = a->outcome;
+                  e.replayed = a->replayed;
+                  e.message = a->message;
+                } else {
+                  e.status = a.status();
+                }
+                me.Feed(sh, gid, e);
+              },
+              /*here=*/true);
         });
   }
 
@@ -636,25 +705,29 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         [weak, gid, fail, participant, start](absl::StatusOr<QueryAnswer> a) {
           auto self = weak.lock();
           if (!self) return;
-          self->OnShard(gid, [gid, fail, participant, start, a = std::move(a)](
-                                 Impl& me, size_t sh) {
-            const bool reached = a.ok() || !IsTransient(a.status().code());
-            if (a.ok()) {
-              me.timeouts_.Observe(participant, CallKind::kQuery,
-                                   me.clock_.MonotonicMs() - start);
-            }
-            me.BreakerResult(participant, reached);
-            core::QueryReplyEvent e = fail;
-            if (a.ok()) {
-              e.status = absl::OkStatus();
-              e.barrier = a->state;
-              e.branch_hash = a->branch_hash;
-              e.authoritative = a->authoritative;
-            } else {
-              e.status = a.status();
-            }
-            me.Feed(sh, gid, e);
-          });
+          self->OnShard(
+              gid,
+              [gid, fail, participant, start, a = std::move(a)](Impl& me,
+                                                                size_t sh) {
+                const bool reached = a.ok() || !IsTransient(a.status().code());
+                if (a.ok() || a.status().code() ==
+                                  absl::StatusCode::kDeadlineExceeded) {
+                  me.timeouts_.Observe(participant, CallKind::kQuery,
+                                       me.clock_.MonotonicMs() - start);
+                }
+                me.BreakerResult(participant, reached);
+                core::QueryReplyEvent e = fail;
+                if (a.ok()) {
+                  e.status = absl::OkStatus();
+                  e.barrier = a->state;
+                  e.branch_hash = a->branch_hash;
+                  e.authoritative = a->authoritative;
+                } else {
+                  e.status = a.status();
+                }
+                me.Feed(sh, gid, e);
+              },
+              /*here=*/true);
         });
   }
 

@@ -24,10 +24,15 @@ namespace tcc::runtime {
 // Runs posted tasks. The driver requires each executor it is given to run its
 // tasks one at a time, in posting order (a strand); different executors may
 // run in parallel. Post is thread-safe and never runs the task inline.
+// Dispatch is Post, except that an executor may run the task on the calling
+// thread before returning when nothing else of it is running or queued (saving
+// a thread hand-off); callers use it only where they hold no lock the task
+// may take and may spend the task's time (completions, request handlers).
 class Executor {
  public:
   virtual ~Executor() = default;
   virtual void Post(std::function<void()> task) = 0;
+  virtual void Dispatch(std::function<void()> task) { Post(std::move(task)); }
 };
 
 using TimerId = uint64_t;

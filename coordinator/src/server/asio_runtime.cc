@@ -23,8 +23,58 @@ void AsioThreads::Stop() {
   }
 }
 
-void StrandExecutor::Post(std::function<void()> task) {
-  boost::asio::post(strand_, std::move(task));
+namespace {
+// True on a thread while it runs a SerialExecutor's tasks.
+thread_local bool running_serial_tasks = false;
+}  // namespace
+
+void SerialExecutor::Post(std::function<void()> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+    if (running_) return;
+    running_ = true;
+  }
+  boost::asio::post(context_, [this] { Drain(); });
+}
+
+void SerialExecutor::Dispatch(std::function<void()> task) {
+  if (running_serial_tasks) return Post(std::move(task));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_) {
+      queue_.push_back(std::move(task));
+      return;
+    }
+    running_ = true;
+  }
+  running_serial_tasks = true;
+  task();
+  task = nullptr;  // its captures go before the queue's tasks run
+  running_serial_tasks = false;
+  Drain();
+}
+
+void SerialExecutor::Drain() {
+  running_serial_tasks = true;
+  for (int n = 0;; ++n) {
+    std::function<void()> next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) {
+        running_ = false;
+        break;
+      }
+      if (n == kMaxBatch) {  // still running_: the posted drain goes on
+        boost::asio::post(context_, [this] { Drain(); });
+        break;
+      }
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    next();
+  }
+  running_serial_tasks = false;
 }
 
 int64_t SystemClockRuntime::WallMs() const {

@@ -6,8 +6,9 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,15 +36,33 @@ class AsioThreads {
   std::vector<std::thread> threads_;
 };
 
-// A serial executor: tasks run one at a time in posting order.
-class StrandExecutor final : public runtime::Executor {
+// A serial executor: tasks run one at a time in posting order. Post queues
+// the task and, if the executor was idle, hands a drain to the io_context's
+// threads. Dispatch on an idle executor runs the task on the calling thread
+// at once (and then whatever was queued meanwhile, up to a bound, before
+// handing the rest to the io_context): a completion arriving on a gRPC or
+// WAL thread is handled there instead of waking another thread. A thread
+// already running a task of any SerialExecutor never runs another inline
+// (Dispatch falls back to Post there), so tasks never nest.
+class SerialExecutor final : public runtime::Executor {
  public:
-  explicit StrandExecutor(boost::asio::io_context& context)
-      : strand_(boost::asio::make_strand(context)) {}
+  explicit SerialExecutor(boost::asio::io_context& context)
+      : context_(context) {}
   void Post(std::function<void()> task) override;
+  void Dispatch(std::function<void()> task) override;
 
  private:
-  boost::asio::strand<boost::asio::io_context::executor_type> strand_;
+  // Runs queued tasks (at most kMaxBatch, then hands the rest to the
+  // io_context); called by the one thread that set running_.
+  void Drain();
+
+  static constexpr int kMaxBatch = 32;
+  boost::asio::io_context& context_;
+  std::mutex mu_;
+  std::deque<std::function<void()>> queue_;
+  // True while a thread runs this executor's tasks or a drain is posted;
+  // queue_ is empty whenever it is false.
+  bool running_ = false;
 };
 
 // Wall time from the system clock, monotonic time and timers from the steady

@@ -23,7 +23,7 @@ namespace tcc::server {
 // Bounds for the adaptive per-call timeout of one phase (DESIGN.md section 8:
 // about 2x the participant's observed p99, clamped to these).
 struct TimeoutBounds {
-  int64_t min_ms = 20;
+  int64_t min_ms = 250;
   int64_t max_ms = 5000;
   int64_t initial_ms = 1000;  // before any latency was observed
 };

@@ -24,6 +24,7 @@
 #include "server/driver_backend.h"
 #include "server/instrumented_transport.h"
 #include "server/metrics.h"
+#include "server/tls.h"
 #include "tcc/wal/rocksdb_log.h"
 
 namespace tcc::server {
@@ -37,7 +38,7 @@ class Server::Impl {
   std::unique_ptr<wal::RocksDbLog> log_;
   std::unique_ptr<AsioThreads> threads_;
   std::unique_ptr<SystemClockRuntime> clock_;
-  std::vector<std::unique_ptr<StrandExecutor>> shards_;
+  std::vector<std::unique_ptr<SerialExecutor>> shards_;
   std::unique_ptr<rpc::ParticipantClient> client_;
   std::unique_ptr<rpc::GrpcTransport> transport_;
   std::unique_ptr<InstrumentedTransport> instrumented_;
@@ -166,13 +167,19 @@ absl::Status Server::Impl::Start(const Config& config,
   const size_t shards = config.shards == 0 ? cores : config.shards;
   std::vector<runtime::Executor*> shard_ptrs;
   for (size_t i = 0; i < shards; ++i) {
-    shards_.push_back(std::make_unique<StrandExecutor>(threads_->context()));
+    shards_.push_back(std::make_unique<SerialExecutor>(threads_->context()));
     shard_ptrs.push_back(shards_.back().get());
   }
 
   client_ = std::make_unique<rpc::ParticipantClient>();
   for (const auto& [name, p] : config.participants) {
-    if (absl::Status s = client_->Add(name, p.address); !s.ok()) return s;
+    auto security = ParticipantChannelCredentials(p);
+    if (!security.ok()) return security.status();
+    if (absl::Status s = client_->Add(name, p.address, security->credentials,
+                                      security->ssl_target_name_override);
+        !s.ok()) {
+      return s;
+    }
   }
   transport_ = std::make_unique<rpc::GrpcTransport>(
       *client_,
@@ -227,13 +234,15 @@ absl::Status Server::Impl::Start(const Config& config,
   admin_service_ = std::make_unique<rpc::AdminService>(
       *backend_, *coordinator_service_, *admin_auth_, admin_options);
 
+  const bool admin_apart = !config.admin_listen.empty();
+  auto listener_credentials =
+      ListenerCredentials("tls", "client listener", config.listen, config.tls);
+  if (!listener_credentials.ok()) return listener_credentials.status();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.listen, grpc::InsecureServerCredentials(),
-                           &port_);
+  builder.AddListeningPort(config.listen, *listener_credentials, &port_);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(config.limits.max_request_bytes));
   builder.RegisterService(coordinator_service_.get());
-  const bool admin_apart = !config.admin_listen.empty();
   if (!admin_apart) builder.RegisterService(admin_service_.get());
   grpc_server_ = builder.BuildAndStart();
   if (!grpc_server_ || port_ == 0) {
@@ -242,9 +251,13 @@ absl::Status Server::Impl::Start(const Config& config,
   }
   admin_port_ = port_;
   if (admin_apart) {
+    auto admin_credentials =
+        ListenerCredentials("admin.tls", "admin listener", config.admin_listen,
+                            EffectiveAdminTls(config));
+    if (!admin_credentials.ok()) return admin_credentials.status();
     grpc::ServerBuilder admin;
-    admin.AddListeningPort(config.admin_listen,
-                           grpc::InsecureServerCredentials(), &admin_port_);
+    admin.AddListeningPort(config.admin_listen, *admin_credentials,
+                           &admin_port_);
     admin.RegisterService(admin_service_.get());
     admin_server_ = admin.BuildAndStart();
     if (!admin_server_ || admin_port_ == 0) {

@@ -7,6 +7,9 @@
 // Prints each outcome and the balances, then checks them: exit 0 only when
 // every outcome is the expected one, money is conserved and nothing stays
 // frozen.
+//
+// --tls-ca (and --tls-cert/--tls-key for mutual TLS) dial tccd, and the
+// banks' balance service, over TLS: the demo assumes one PKI for both.
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
@@ -15,6 +18,7 @@
 #include "CLI/CLI.hpp"
 #include "bank.grpc.pb.h"
 #include "tcc/client/coordinator_client.h"
+#include "tcc/tls/credentials.h"
 
 namespace {
 
@@ -94,10 +98,30 @@ int main(int argc, char** argv) {
   std::string get_gid;
   app.add_option("--get", get_gid,
                  "only print transaction GID as tccd sees it (tcc.v1 Get)");
+  tcc::tls::ChannelTlsFiles tls;
+  app.add_option("--tls-ca", tls.ca_file,
+                 "dial over TLS, trusting this PEM CA (off: plaintext)");
+  app.add_option("--tls-cert", tls.cert_file,
+                 "mutual TLS: this PEM client certificate (needs --tls-ca)");
+  app.add_option("--tls-key", tls.key_file, "private key of --tls-cert");
   CLI11_PARSE(app, argc, argv);
 
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      grpc::InsecureChannelCredentials();
+  if (!tls.ca_file.empty()) {
+    auto built = tcc::tls::ChannelCredentials(tls, "--tls-");
+    if (!built.ok()) {
+      std::fprintf(stderr, "%s\n", built.status().ToString().c_str());
+      return 2;
+    }
+    credentials = *built;
+  } else if (!tls.cert_file.empty() || !tls.key_file.empty()) {
+    std::fprintf(stderr, "--tls-cert and --tls-key need --tls-ca\n");
+    return 2;
+  }
   tcc::client::ClientOptions options;
   options.address = tccd;
+  options.credentials = credentials;
   tcc::client::CoordinatorClient client(options);
   if (!get_gid.empty()) {
     auto view = client.Get(get_gid);
@@ -109,10 +133,10 @@ int main(int argc, char** argv) {
     std::printf("%s", view->DebugString().c_str());
     return 0;
   }
-  Bank a{"bank-a", bank::Bank::NewStub(grpc::CreateChannel(
-                       bank_a, grpc::InsecureChannelCredentials()))};
-  Bank b{"bank-b", bank::Bank::NewStub(grpc::CreateChannel(
-                       bank_b, grpc::InsecureChannelCredentials()))};
+  Bank a{"bank-a",
+         bank::Bank::NewStub(grpc::CreateChannel(bank_a, credentials))};
+  Bank b{"bank-b",
+         bank::Bank::NewStub(grpc::CreateChannel(bank_b, credentials))};
   const int64_t total_before =
       ReadTotals(a).balance() + ReadTotals(b).balance();
   int failures = 0;
@@ -218,8 +242,13 @@ int main(int argc, char** argv) {
   expect(ta.frozen() == 0 && tb.frozen() == 0 && ta.incoming() == 0 &&
              tb.incoming() == 0,
          "nothing frozen or pending");
-  std::printf("\nLook a transaction up: %s --tccd %s --get %s\n", argv[0],
-              tccd.c_str(), t1.gid().c_str());
+  std::string tls_flags;
+  if (!tls.ca_file.empty()) tls_flags += " --tls-ca " + tls.ca_file;
+  if (!tls.cert_file.empty()) {
+    tls_flags += " --tls-cert " + tls.cert_file + " --tls-key " + tls.key_file;
+  }
+  std::printf("\nLook a transaction up: %s --tccd %s%s --get %s\n", argv[0],
+              tccd.c_str(), tls_flags.c_str(), t1.gid().c_str());
   std::printf("demo: %s (%d unexpected)\n", failures == 0 ? "PASS" : "FAIL",
               failures);
   return failures == 0 ? 0 : 1;

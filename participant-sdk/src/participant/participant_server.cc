@@ -7,10 +7,14 @@
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 #include "tcc/failpoint/failpoint.h"
+#include "tcc/tls/credentials.h"
 #include "tcc/v1/participant.grpc.pb.h"
 
 namespace tcc::participant {
 namespace {
+
+// Threads kept polling for calls (see Start).
+constexpr int kMaxIdleThreads = 256;
 
 grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()),
@@ -80,11 +84,92 @@ class ParticipantServer::Service final : public v1::Participant::Service {
   Participant& participant_;
 };
 
+// For a store that group-commits (BarrierStore::groups_commits): gRPC's
+// callback API runs each call on the thread that read it (the barrier never
+// waits for the disk there, only for row locks held by calls that are
+// running), and the reply leaves from the store's syncer once what the call
+// read or wrote is durable. No thread per call waits through a sync.
+class ParticipantServer::GroupCommitService final
+    : public v1::Participant::CallbackService {
+ public:
+  explicit GroupCommitService(Participant& participant)
+      : participant_(participant), store_(participant.barrier().store()) {}
+
+  grpc::ServerUnaryReactor* Try(grpc::CallbackServerContext* ctx,
+                                const v1::BranchRequest* req,
+                                v1::BranchResponse* resp) override {
+    return Reply(ctx, participant_.Try(CallFromProto(*req)), resp);
+  }
+  grpc::ServerUnaryReactor* Confirm(grpc::CallbackServerContext* ctx,
+                                    const v1::BranchRequest* req,
+                                    v1::BranchResponse* resp) override {
+    return Reply(ctx, participant_.Confirm(CallFromProto(*req)), resp);
+  }
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* ctx,
+                                   const v1::BranchRequest* req,
+                                   v1::BranchResponse* resp) override {
+    return Reply(ctx, participant_.Cancel(CallFromProto(*req)), resp);
+  }
+  grpc::ServerUnaryReactor* Query(grpc::CallbackServerContext* ctx,
+                                  const v1::QueryRequest* req,
+                                  v1::QueryResponse* resp) override {
+    absl::StatusOr<QueryAnswer> answer =
+        participant_.Query(KeyFromProto(req->key()));
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    // What Query read may be a commit not yet durable: answer after it is.
+    store_.WhenDurable(
+        [reactor, resp, answer = std::move(answer)](absl::Status durable) {
+          if (!durable.ok()) return reactor->Finish(ToGrpc(Unknown(durable)));
+          if (!answer.ok()) return reactor->Finish(ToGrpc(answer.status()));
+          resp->set_state(static_cast<v1::BarrierState>(answer->state));
+          resp->set_branch_hash(answer->branch_hash);
+          resp->set_authoritative(answer->authoritative);
+          reactor->Finish(grpc::Status::OK);
+        });
+    return reactor;
+  }
+
+ private:
+  static absl::Status Unknown(const absl::Status& sync) {
+    return absl::UnavailableError(
+        absl::StrCat("barrier sync failed: ", sync.ToString()));
+  }
+
+  // Every answer waits for durability, refusals and errors too: each was
+  // decided on what the call read, which may not be durable yet.
+  grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx,
+                                  absl::StatusOr<BarrierAnswer> answer,
+                                  v1::BranchResponse* resp) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    store_.WhenDurable([reactor, resp,
+                        answer = std::move(answer)](absl::Status durable) {
+      if (!durable.ok()) return reactor->Finish(ToGrpc(Unknown(durable)));
+      if (!answer.ok()) return reactor->Finish(ToGrpc(answer.status()));
+      // The local transaction is durable; a crash here loses only the reply.
+      if (absl::Status s = failpoint::Eval(kAfterCommitFailpoint); !s.ok()) {
+        return reactor->Finish(ToGrpc(s));
+      }
+      resp->set_outcome(static_cast<v1::Outcome>(answer->outcome));
+      resp->set_replayed(answer->replayed);
+      resp->set_message(answer->message);
+      reactor->Finish(grpc::Status::OK);
+    });
+    return reactor;
+  }
+
+  Participant& participant_;
+  barrier::BarrierStore& store_;
+};
+
 ParticipantServer::ParticipantServer(Participant& participant,
                                      ParticipantServerOptions options)
-    : participant_(participant),
-      options_(std::move(options)),
-      service_(std::make_unique<Service>(participant)) {}
+    : participant_(participant), options_(std::move(options)) {
+  if (participant.barrier().store().groups_commits()) {
+    group_commit_service_ = std::make_unique<GroupCommitService>(participant);
+  } else {
+    service_ = std::make_unique<Service>(participant);
+  }
+}
 
 ParticipantServer::~ParticipantServer() { Shutdown(); }
 
@@ -93,10 +178,26 @@ void ParticipantServer::RegisterService(grpc::Service* service) {
 }
 
 absl::Status ParticipantServer::Start() {
+  auto credentials = ListenerCredentials();
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options_.listen_address,
-                           grpc::InsecureServerCredentials(), &port_);
-  builder.RegisterService(service_.get());
+  // gRPC's synchronous server lets a thread that handled a call exit when
+  // max_pollers threads already poll (the default is 2 per completion
+  // queue), and starts a new thread for the next call when fewer than
+  // min_pollers poll: with more calls in flight than that (each holds its
+  // thread through a synced commit), nearly every call paid a thread start
+  // and exit. Threads now stay and poll until this many are idle; one queue,
+  // so idle threads are shared by all calls.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS,
+                              1);
+  builder.SetSyncServerOption(
+      grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, kMaxIdleThreads);
+  builder.AddListeningPort(options_.listen_address, *credentials, &port_);
+  if (service_) {
+    builder.RegisterService(service_.get());
+  } else {
+    builder.RegisterService(group_commit_service_.get());
+  }
   for (grpc::Service* s : extra_services_) builder.RegisterService(s);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
@@ -107,6 +208,27 @@ absl::Status ParticipantServer::Start() {
   spdlog::info("{}: participant server listening on {} (port {})",
                participant_.name(), options_.listen_address, port_);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
+ParticipantServer::ListenerCredentials() const {
+  const ParticipantServerOptions& o = options_;
+  if (o.tls_cert_file.empty() && o.tls_key_file.empty()) {
+    if (!o.tls_client_ca_file.empty()) {
+      return absl::InvalidArgumentError(
+          "tls_client_ca_file: needs tls_cert_file and tls_key_file");
+    }
+    spdlog::warn(
+        "{}: participant listener {} is plaintext: anyone who can reach it "
+        "can call Try, Confirm and Cancel; give it a TLS certificate and a "
+        "client CA (mutual TLS)",
+        participant_.name(), o.listen_address);
+    return grpc::InsecureServerCredentials();
+  }
+  return tls::ServerCredentials({.cert_file = o.tls_cert_file,
+                                 .key_file = o.tls_key_file,
+                                 .client_ca_file = o.tls_client_ca_file},
+                                "tls_");
 }
 
 void ParticipantServer::Shutdown(std::chrono::milliseconds grace) {

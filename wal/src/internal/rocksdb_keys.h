@@ -22,6 +22,7 @@
 // by the signed value.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -48,6 +49,7 @@ inline int64_t FromSortableI64(uint64_t v) {
 inline std::string Summary(std::string_view gid) {
   return "s/" + std::string(gid);
 }
+inline size_t SummarySize(std::string_view gid) { return 2 + gid.size(); }
 inline std::string RecordPrefix(std::string_view gid) {
   return "r/" + std::string(gid) + "/";
 }
@@ -55,6 +57,13 @@ inline std::string Record(std::string_view gid, uint64_t seq) {
   std::string key = RecordPrefix(gid);
   PutU64(key, seq);
   return key;
+}
+// The same into `key` (replacing what it held; reuses its buffer).
+inline void RecordTo(std::string& key, std::string_view gid, uint64_t seq) {
+  key.assign("r/", 2);
+  key.append(gid);
+  key.push_back('/');
+  PutU64(key, seq);
 }
 // o/, u/, f/ and c/ keys: "<p>/" + sortable time + gid.
 inline std::string TimeIndex(char p, int64_t at_ms, std::string_view gid) {

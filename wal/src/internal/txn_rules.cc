@@ -95,7 +95,7 @@ class Planner {
           "gid ", request_.gid, " is finished and compacted; no more records"));
     }
     plan_.registers = registers;
-    if (current != nullptr) plan_.summary = *current;
+    current_ = current;
     for (size_t i = 0; i < request_.records.size(); ++i) {
       const Record& record = request_.records[i];
       if (i > 0 && std::holds_alternative<Registered>(record)) {
@@ -115,7 +115,7 @@ class Planner {
       return absl::InvalidArgumentError(absl::StrCat(
           "Registered names gid ", r.gid, " in an append for ", request_.gid));
     }
-    TxnSummary& s = plan_.summary;
+    TxnSummary& s = Mutable();
     s.gid = r.gid;
     s.state = r.interactive ? TxnState::kOpen : TxnState::kTrying;
     s.decision = Decision::kNone;
@@ -139,11 +139,11 @@ class Planner {
 
   absl::Status Apply(const BranchAdded& r) {
     if (absl::Status st = ValidateBranch(r.branch); !st.ok()) return st;
-    if (plan_.summary.decision != Decision::kNone) {
+    if (Current().decision != Decision::kNone) {
       return absl::FailedPreconditionError(absl::StrCat(
           "gid ", request_.gid, " is decided; no branch can be added"));
     }
-    AddParticipant(plan_.summary, r.branch.participant);
+    AddParticipant(Mutable(), r.branch.participant);
     return absl::OkStatus();
   }
 
@@ -156,13 +156,13 @@ class Planner {
           "StateChanged is for OPEN, TRYING and AWAITING_APPROVAL; decisions "
           "are Decided records, final states Finished records");
     }
-    if (plan_.summary.decision != Decision::kNone) {
+    if (Current().decision != Decision::kNone) {
       return absl::FailedPreconditionError(absl::StrCat(
           "gid ", request_.gid, " is decided; its state can't go back"));
     }
-    plan_.summary.state = r.state;
-    if (r.content_hash.has_value())
-      plan_.summary.content_hash = *r.content_hash;
+    TxnSummary& s = Mutable();
+    s.state = r.state;
+    if (r.content_hash.has_value()) s.content_hash = *r.content_hash;
     return absl::OkStatus();
   }
 
@@ -170,12 +170,12 @@ class Planner {
     if (r.decision != Decision::kConfirm && r.decision != Decision::kCancel) {
       return absl::InvalidArgumentError("Decided needs Confirm or Cancel");
     }
-    TxnSummary& s = plan_.summary;
-    if (s.decision != Decision::kNone && s.decision != r.decision) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("gid ", request_.gid, " is already decided ",
-                       s.decision == Decision::kConfirm ? "Confirm" : "Cancel",
-                       "; a decision is written once"));
+    const TxnSummary& current = Current();
+    if (current.decision != Decision::kNone && current.decision != r.decision) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "gid ", request_.gid, " is already decided ",
+          current.decision == Decision::kConfirm ? "Confirm" : "Cancel",
+          "; a decision is written once"));
     }
     if (r.approval_id.has_value()) {
       const ApprovalAction wanted = r.decision == Decision::kCancel
@@ -191,6 +191,7 @@ class Planner {
       }
       if (!st.ok()) return st;
     }
+    TxnSummary& s = Mutable();
     s.decision = r.decision;
     if (!IsFinal(s.state)) {
       s.state = r.decision == Decision::kConfirm ? TxnState::kConfirming
@@ -200,7 +201,7 @@ class Planner {
   }
 
   absl::Status Apply(const BranchResolved& r) {
-    if (plan_.summary.decision == Decision::kNone) {
+    if (Current().decision == Decision::kNone) {
       return absl::FailedPreconditionError(
           absl::StrCat("gid ", request_.gid,
                        " has no decision; no phase-2 branch to "
@@ -217,16 +218,16 @@ class Planner {
       return absl::InvalidArgumentError(
           "Finished needs CONFIRMED or CANCELLED");
     }
-    TxnSummary& s = plan_.summary;
     const Decision implied = r.state == TxnState::kConfirmed
                                  ? Decision::kConfirm
                                  : Decision::kCancel;
-    if (s.decision != implied) {
+    if (Current().decision != implied) {
       return absl::FailedPreconditionError(absl::StrCat(
           "gid ", request_.gid, " can't finish ",
           r.state == TxnState::kConfirmed ? "CONFIRMED" : "CANCELLED",
           " without that decision recorded"));
     }
+    TxnSummary& s = Mutable();
     if (!IsFinal(s.state)) s.finished_at_ms = r.at_ms;
     s.state = r.state;
     return absl::OkStatus();
@@ -256,7 +257,7 @@ class Planner {
       approval = *std::move(found);
     }
     if (absl::Status st =
-            CheckApproval(approval, action, plan_.summary, branch_id, at_ms);
+            CheckApproval(approval, action, Current(), branch_id, at_ms);
         !st.ok()) {
       return st;
     }
@@ -266,7 +267,21 @@ class Planner {
   }
 
   const AppendRequest& request_;
+  // The summary as the records so far leave it.
+  const TxnSummary& Current() const {
+    return plan_.summary_set || current_ == nullptr ? plan_.summary : *current_;
+  }
+  // The same, to change: copied from the current summary on first use.
+  TxnSummary& Mutable() {
+    if (!plan_.summary_set) {
+      if (current_ != nullptr) plan_.summary = *current_;
+      plan_.summary_set = true;
+    }
+    return plan_.summary;
+  }
+
   const ApprovalLookup& lookup_;
+  const TxnSummary* current_ = nullptr;
   AppendPlan plan_;
 };
 

@@ -19,7 +19,11 @@ namespace tcc::wal::internal {
 
 // What applying one append changes.
 struct AppendPlan {
-  TxnSummary summary;              // the transaction's summary after it
+  // The transaction's summary after the append when summary_set; when not,
+  // the append leaves the summary as it was and `summary` is empty (records
+  // that change no summary field spare its copy).
+  TxnSummary summary;
+  bool summary_set = false;
   std::vector<Approval> consumed;  // approvals it uses, already marked used
   bool registers = false;          // it starts with Registered (a new gid)
 };

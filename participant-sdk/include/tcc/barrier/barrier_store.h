@@ -17,9 +17,14 @@
 //     serialised. A lock that cannot be had within the store's lock-wait
 //     timeout is UNAVAILABLE, and nothing changed.
 //   - Commit() returns OK only once the transaction is durable (synced by
-//     default). Any error from Commit() leaves the outcome of the transaction
-//     to be found out by reading (treat as unknown; callers answer
-//     UNAVAILABLE).
+//     default), unless the store group-commits (groups_commits() true):
+//     then Commit() returns once the transaction is committed and visible,
+//     and it becomes durable with the next sync, which serves every
+//     transaction committed before it. Whoever answers a caller from a
+//     store that group-commits first waits for WhenDurable(): what it read
+//     or wrote may not be durable yet. Any error from Commit() or
+//     WhenDurable() leaves the outcome of the transaction to be found out by
+//     reading (treat as unknown; callers answer UNAVAILABLE).
 //   - Errors are absl::Status; no exception leaves a store.
 //
 // Thread-safety: a BarrierStore is safe to use from many threads; one
@@ -104,6 +109,17 @@ class BarrierStore {
   // True when reads come from the primary copy of the barrier (every store
   // here; a replica-reading store would answer false).
   virtual bool authoritative() const { return true; }
+
+  // True when Commit() returns before the transaction is durable (see the
+  // contract above).
+  virtual bool groups_commits() const { return false; }
+  // Calls `done` once every transaction committed (and every value read)
+  // before this call is durable, with OK, or with the error that stopped
+  // the sync. May call it on another thread, or inline (stores whose
+  // commits are durable when they return call it at once).
+  virtual void WhenDurable(std::function<void(absl::Status)> done) {
+    done(absl::OkStatus());
+  }
 };
 
 }  // namespace tcc::barrier

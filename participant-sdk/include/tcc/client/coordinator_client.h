@@ -39,7 +39,9 @@ struct ClientOptions {
   int max_attempts = 5;
   int64_t backoff_base_ms = 50;
   int64_t backoff_cap_ms = 2000;
-  std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext
+  // null: plaintext. TLS from PEM files: tcc::tls::ChannelCredentials
+  // (tcc/tls/credentials.h).
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
   // Injected for tests; null: the system clock, real waits.
   const clock::Clock* clock = nullptr;
   std::function<void(int64_t ms)> wait;
