@@ -757,3 +757,57 @@ TEST_CASE("tccctl --tls-ca/--tls-cert/--tls-key reach an mTLS admin listener") {
             .exit_code == 2);
   CHECK(run({"--tls-ca", p + "missing.pem", "status"}).exit_code == 2);
 }
+
+TEST_CASE(
+    "tccctl over tccd's mTLS admin listener: the certificate is the "
+    "credential") {
+  OwnedDir owned("tls-admin");
+  ClusterOptions o;
+  o.root_dir = owned.path;
+  o.tccd_bin = TCC_TCCD_BIN;
+  o.bank_bin = TCC_BANK_BIN;
+  o.accounts = 20;
+  o.initial_balance = 1000;
+  o.tls.enabled = true;
+  o.tls.listener_mode = "tls";
+  o.tls.admin_listener = true;
+  o.tls.admin_client_identities = {"alice"};
+  BankCluster c(o);
+  const absl::Status started = c.Start();
+  INFO(started.ToString());
+  REQUIRE(started.ok());
+  REQUIRE(c.pki() != nullptr);
+  const tcc::harness::TestPki& pki = *c.pki();
+  auto alice = pki.IssueClientCert("alice");
+  auto mallory = pki.IssueClientCert("mallory");
+  REQUIRE(alice.ok());
+  REQUIRE(mallory.ok());
+  auto port = c.tccd()->WaitForLine("admin port ([0-9]+)", 5000);
+  REQUIRE(port.ok());
+  const std::string addr = "127.0.0.1:" + *port;
+  auto req = c.Transfer("bank-a", 1, "bank-b", 2, 15);
+  REQUIRE(c.client().Submit(req).ok());
+
+  auto run = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--addr", addr, "--tls-ca", pki.ca_file()});
+    Ctl ctl(owned.path, args);
+    return ctl.Wait();
+  };
+  CtlResult shown = run({"--tls-cert", alice->cert_file, "--tls-key",
+                         alice->key_file, "--json", "show", req.gid()});
+  INFO(shown);
+  REQUIRE(shown.exit_code == 0);
+  CHECK(ParseJson<v1::ShowResponse>(shown.out).transaction().state() ==
+        v1::TXN_STATE_CONFIRMED);
+  CHECK(run({"--tls-cert", alice->cert_file, "--tls-key", alice->key_file,
+             "--tls-server-name", "localhost", "status"})
+            .exit_code == 0);
+  // Same CA, not listed: refused by admin authentication.
+  CtlResult refused = run({"--tls-cert", mallory->cert_file, "--tls-key",
+                           mallory->key_file, "status"});
+  INFO(refused);
+  CHECK(refused.exit_code == 4);
+  CHECK(Contains(refused.err, "PERMISSION_DENIED"));
+  // No certificate: the handshake fails.
+  CHECK(run({"status"}).exit_code == 3);
+}
