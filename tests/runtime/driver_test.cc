@@ -547,4 +547,113 @@ TEST_CASE(
 }
 
 }  // namespace
+
+// A log whose buffered appends reach it only when released: what a reader
+// sees while the RocksDB log's writer still holds them in its queue.
+class DeferringLog final : public wal::Log {
+ public:
+  explicit DeferringLog(wal::Log& inner) : inner_(inner) {}
+  void Append(wal::AppendRequest r, wal::AppendDone done) override {
+    if (r.durability == wal::Durability::kBuffered && defer_) {
+      held_.emplace_back(std::move(r), std::move(done));
+      return;
+    }
+    inner_.Append(std::move(r), std::move(done));
+  }
+  void Release() {
+    auto held = std::move(held_);
+    held_.clear();
+    for (auto& [r, d] : held) inner_.Append(std::move(r), std::move(d));
+  }
+  void PutApproval(wal::Approval a, wal::AppendDone done) override {
+    inner_.PutApproval(std::move(a), std::move(done));
+  }
+  absl::StatusOr<wal::TxnLog> Read(std::string_view gid) override {
+    return inner_.Read(gid);
+  }
+  absl::StatusOr<wal::Approval> ReadApproval(std::string_view id) override {
+    return inner_.ReadApproval(id);
+  }
+  absl::StatusOr<wal::ListPage> List(const wal::ListQuery& q) override {
+    return inner_.List(q);
+  }
+  absl::Status ScanUnfinished(
+      const std::function<absl::Status(wal::TxnLog)>& fn) override {
+    return inner_.ScanUnfinished(fn);
+  }
+  absl::StatusOr<uint64_t> TakeOwnerEpoch() override {
+    return inner_.TakeOwnerEpoch();
+  }
+  absl::Status RunRetention(int64_t now_ms) override {
+    return inner_.RunRetention(now_ms);
+  }
+  int64_t DedupHorizonMs() const override { return inner_.DedupHorizonMs(); }
+  wal::LogStats Stats() const override { return inner_.Stats(); }
+
+  bool defer_ = true;
+  std::vector<std::pair<wal::AppendRequest, wal::AppendDone>> held_;
+
+ private:
+  wal::Log& inner_;
+};
+
+TEST_CASE(
+    "a finished transaction whose last buffered records are not written yet "
+    "is not reloaded and resumed by a Get",
+    "[driver]") {
+  sim::DeterministicExecutor exec;
+  sim::SimClock clock;
+  wal::MemoryLog inner{wal::MemoryLogOptions{false, {}}};
+  DeferringLog log(inner);
+  sim::SimTransport transport(clock, 7);
+  sim::BarrierParticipant p0([](const BranchCall&) { return true; });
+  sim::BarrierParticipant p1([](const BranchCall&) { return true; });
+  transport.Add("p0", &p0);
+  transport.Add("p1", &p1);
+  RecordingObserver observer;
+  Driver driver(DriverOptions{}, std::vector<Executor*>{&exec}, clock,
+                transport, log, &observer);
+  REQUIRE(driver.Start().ok());
+  sim::SimLoop loop{exec, clock, &inner};
+  core::SubmitSpec spec;
+  spec.gid = "g-late";
+  spec.created_at_ms = clock.WallMs();
+  spec.revision = 1;
+  spec.try_timeout_ms = 2000;
+  for (int i = 0; i < 2; ++i) {
+    wal::BranchSpec b;
+    b.branch_id = "b" + std::to_string(i);
+    b.participant = "p" + std::to_string(i);
+    b.action = "transfer";
+    b.payload = "x";
+    spec.branches.push_back(b);
+  }
+  auto r = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+  driver.Submit(spec, Into(r));
+  REQUIRE(loop.RunUntil([&] { return r->has_value(); }, 60'000));
+  REQUIRE((*r)->ok());
+  CHECK((**r)->transaction.state == TxnState::kConfirmed);
+  REQUIRE(!log.held_.empty());  // the buffered Finished is still queued
+  const uint64_t effects = observer.effects;
+  auto got = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+  driver.Get("g-late", Into(got));
+  REQUIRE(loop.RunUntil([&] { return got->has_value(); }, 60'000));
+  REQUIRE((*got)->ok());
+  CHECK((**got)->transaction.state == TxnState::kConfirmed);
+  CHECK(observer.effects == effects);  // no EpochTaken, no phase 2 again
+  log.defer_ = false;
+  log.Release();
+  loop.RunUntil([] { return false; }, 1000);
+  auto stored = inner.Read("g-late");
+  REQUIRE(stored.ok());
+  CHECK(stored->summary.state == TxnState::kConfirmed);
+  int finished = 0, epochs = 0;
+  for (const auto& rec : stored->records) {
+    finished += std::holds_alternative<wal::Finished>(rec);
+    epochs += std::holds_alternative<wal::EpochTaken>(rec);
+  }
+  CHECK(finished == 1);
+  CHECK(epochs == 0);
+}
+
 }  // namespace tcc::runtime

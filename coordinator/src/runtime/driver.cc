@@ -70,6 +70,15 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     // branch had acknowledged, only the buffered Finished record was lost),
     // and whoever loaded it must still find it.
     bool loading = false;
+    // Appends handed to the WAL and not yet written (buffered ones included):
+    // the owner stays until they are, else a Get could reload the
+    // transaction from a WAL that does not show its last records yet (e.g.
+    // the buffered Finished) and resume it. `evict_wanted`: MaybeEvict found
+    // it done but waiting for them; the last write then evicts it.
+    std::shared_ptr<std::atomic<int>> unwritten =
+        std::make_shared<std::atomic<int>>(0);
+    std::shared_ptr<std::atomic<bool>> evict_wanted =
+        std::make_shared<std::atomic<bool>>(false);
   };
   struct Shard {
     Executor* exec;
@@ -407,7 +416,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
           }
         }
         observer_->OnEffect(gid, eff);
-        RunPersist(gid, *p, std::move(seqs));
+        RunPersist(gid, *o, *p, std::move(seqs));
         continue;
       }
       Run(s, gid, *o, eff);
@@ -439,6 +448,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                       (wal::IsFinal(t.state) && t.waiters.empty() &&
                        t.pending.empty() && o->callers.empty());
     if (!done) return;
+    // Flag first, then look: the last write's completion decrements, then
+    // looks at the flag, so one of the two sees the other.
+    o->evict_wanted->store(true);
+    if (o->unwritten->load() > 0) return;
     for (auto& [b, id] : o->retry_timers) clock_.Cancel(id);
     for (TimerId id : o->deadline_timers) clock_.Cancel(id);
     // Callers still waiting on a dropped owner learn it.
@@ -463,38 +476,50 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // Appends `p`'s records, which carry those of the persists `seqs` (in
   // order); the core hears of each: DurableEvent for the durable ones once
   // the append is durable, PersistFailedEvent for every one if it failed.
-  void RunPersist(const std::string& gid, core::PersistEffect& p,
+  void RunPersist(const std::string& gid, Owner& o, core::PersistEffect& p,
                   std::vector<PersistSeq> seqs) {
     std::weak_ptr<Impl> weak = weak_from_this();
     const bool durable = p.durability == wal::Durability::kDurable;
     wal::AppendRequest req{gid, std::move(p.records), p.durability};
-    log_.Append(std::move(req), [weak, gid, durable,
-                                 seqs = std::move(seqs)](absl::Status st) {
-      // A buffered write that succeeded changes nothing for the core: no
-      // task (and no thread hand-off) for it.
-      if (st.ok() && !durable) return;
-      auto self = weak.lock();
-      if (!self) return;
-      self->OnShard(
-          gid,
-          [gid, seqs, st](Impl& me, size_t sh) {
-            for (const PersistSeq& p : seqs) {
-              if (!st.ok()) {
-                me.Feed(sh, gid, core::PersistFailedEvent{p.seq, st});
-              } else if (p.durable) {
-                me.Feed(sh, gid, core::DurableEvent{p.seq});
-              }
+    o.unwritten->fetch_add(1);
+    log_.Append(
+        std::move(req),
+        [weak, gid, durable, seqs = std::move(seqs), unwritten = o.unwritten,
+         evict_wanted = o.evict_wanted](absl::Status st) {
+          const bool last = unwritten->fetch_sub(1) == 1;
+          // A buffered write that succeeded changes nothing for the core: no
+          // task (and no thread hand-off) for it, unless the owner only waited
+          // for it to go.
+          if (st.ok() && !durable) {
+            if (!last || !evict_wanted->load()) return;
+            if (auto self = weak.lock()) {
+              self->OnShard(
+                  gid, [gid](Impl& me, size_t sh) { me.MaybeEvict(sh, gid); });
             }
-          },
-          /*here=*/true);
-    });
+            return;
+          }
+          auto self = weak.lock();
+          if (!self) return;
+          self->OnShard(
+              gid,
+              [gid, seqs, st](Impl& me, size_t sh) {
+                for (const PersistSeq& p : seqs) {
+                  if (!st.ok()) {
+                    me.Feed(sh, gid, core::PersistFailedEvent{p.seq, st});
+                  } else if (p.durable) {
+                    me.Feed(sh, gid, core::DurableEvent{p.seq});
+                  }
+                }
+              },
+              /*here=*/true);
+        });
   }
 
   void Run(size_t s, const std::string& gid, Owner& o, Effect& eff) {
     observer_->OnEffect(gid, eff);
     std::weak_ptr<Impl> weak = weak_from_this();
     if (auto* p = std::get_if<core::PersistEffect>(&eff)) {
-      RunPersist(gid, *p,
+      RunPersist(gid, o, *p,
                  {{p->seq, p->durability == wal::Durability::kDurable}});
       return;
     }
@@ -656,8 +681,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                 // A timed-out call took at least this long: counting it
                 // lets the timeout grow on a link that became slow and stays
                 // slow (else no call would answer in time to teach it).
-                if (a.ok() || a.status().code() ==
-                                  absl::StatusCode::kDeadlineExceeded) {
+                if (a.ok() ||
+                    a.status().code() == absl::StatusCode::kDeadlineExceeded) {
                   me.timeouts_.Observe(participant, kind,
                                        me.clock_.MonotonicMs() - start);
                 }
@@ -710,8 +735,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
               [gid, fail, participant, start, a = std::move(a)](Impl& me,
                                                                 size_t sh) {
                 const bool reached = a.ok() || !IsTransient(a.status().code());
-                if (a.ok() || a.status().code() ==
-                                  absl::StatusCode::kDeadlineExceeded) {
+                if (a.ok() ||
+                    a.status().code() == absl::StatusCode::kDeadlineExceeded) {
                   me.timeouts_.Observe(participant, CallKind::kQuery,
                                        me.clock_.MonotonicMs() - start);
                 }

@@ -111,7 +111,10 @@ const char* SignalName(core::SignalKind kind) {
 
 DriverBackend::DriverBackend(wal::Log& log, runtime::Clock& clock,
                              CoordinatorMetrics* metrics)
-    : log_(log), clock_(clock), metrics_(metrics) {}
+    : log_(log),
+      clock_(clock),
+      metrics_(metrics),
+      started_at_ms_(clock.WallMs()) {}
 
 runtime::ReplyDone DriverBackend::Track(rpc::AnswerDone done) {
   auto pending = std::make_shared<Pending>();
@@ -344,6 +347,7 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
   h.wal_bytes = stats.bytes_on_disk;
   h.dedup_horizon_ms = log_.DedupHorizonMs();
   const int64_t now = clock_.WallMs();
+  uint64_t from_before_start = 0;  // unfinished, registered before this start
   for (wal::TxnState s :
        {wal::TxnState::kOpen, wal::TxnState::kTrying,
         wal::TxnState::kAwaitingApproval, wal::TxnState::kConfirming,
@@ -357,6 +361,9 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
       auto p = log_.List(q);
       if (!p.ok()) break;
       count += p->items.size();
+      for (const auto& item : p->items) {
+        from_before_start += item.registered_at_ms < started_at_ms_;
+      }
       if (page == 0 && !p->items.empty()) {
         const uint64_t age = static_cast<uint64_t>(
             std::max<int64_t>(0, now - p->items.front().registered_at_ms));
@@ -368,8 +375,13 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
     if (count > 0) h.in_flight.emplace_back(s, count);
   }
   h.stuck_branches = static_cast<uint64_t>(std::max<int64_t>(0, stuck_));
+  // Recovery is done for a transaction once it is final: of those found
+  // unfinished at start, the ones not still unfinished.
   h.recovery_total = recovered_count_;
-  h.recovery_done = recovered_ ? recovered_count_.load() : 0;
+  h.recovery_done =
+      recovered_ ? recovered_count_.load() -
+                       std::min<uint64_t>(recovered_count_, from_before_start)
+                 : 0;
   return h;
 }
 

@@ -115,6 +115,8 @@ class DriverBackend final : public rpc::CoordinatorBackend,
   uint64_t max_in_flight_ = UINT64_MAX;
   std::atomic<bool> recovered_{false};
   std::atomic<uint64_t> recovered_count_{0};
+  // Wall-clock start: transactions registered before it are recovery's.
+  const int64_t started_at_ms_;
 };
 
 }  // namespace tcc::server
