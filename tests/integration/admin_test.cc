@@ -558,3 +558,24 @@ TEST_CASE("the per-client rate limit refuses the excess and changes nothing") {
   }
   CHECK(BalanceOf(c, "bank-a", 15) == 1000 - (12 - refused));
 }
+
+TEST_CASE("an OPEN transaction can only be approved for Cancel") {
+  const std::string dir = TempDir("open");
+  Cleanup cleanup{dir};
+  BankCluster c(Options(dir));
+  REQUIRE(c.Start().ok());
+  Admin alice(c.tccd_port(), kAliceToken);
+  v1::BeginRequest begin;
+  begin.set_timeout_ms(60000);
+  REQUIRE(c.client().Begin(begin).ok());
+  REQUIRE(alice.View(begin.gid()).state() == v1::TXN_STATE_OPEN);
+  v1::Approval a;
+  // No content hash before Commit: a Confirm-side approval could never fit.
+  CHECK(alice.Issue(v1::APPROVAL_ACTION_GATE_APPROVE, begin.gid(), &a)
+            .error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK(alice.Issue(v1::APPROVAL_ACTION_FORCE_CONFIRM, begin.gid(), &a)
+            .error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  REQUIRE(alice.Issue(v1::APPROVAL_ACTION_FORCE_CANCEL, begin.gid(), &a).ok());
+  REQUIRE(alice.Force(begin.gid(), v1::DECISION_CANCEL, a.approval_id()).ok());
+  CHECK(WaitFinal(alice, begin.gid()).state() == v1::TXN_STATE_CANCELLED);
+}

@@ -256,6 +256,15 @@ grpc::ServerUnaryReactor* AdminService::IssueApproval(
           "gid ", a.gid, " is already ", core::TxnStateName(t.view.state))));
       return;
     }
+    // An OPEN transaction has no content hash yet; Commit fixes one, so an
+    // approval bound to it now could never be used for what follows Commit.
+    if (t.view.state == wal::TxnState::kOpen &&
+        a.action != wal::ApprovalAction::kForceCancel) {
+      call.Finish(absl::FailedPreconditionError(absl::StrCat(
+          "gid ", a.gid,
+          " is OPEN (not committed): only FORCE_CANCEL can be approved now")));
+      return;
+    }
     if (a.action == wal::ApprovalAction::kResolveBranch) {
       bool found = false;
       for (const auto& b : t.view.branches) found |= b.branch_id == a.branch_id;
