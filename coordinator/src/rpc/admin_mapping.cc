@@ -7,18 +7,6 @@
 namespace tcc::rpc {
 namespace {
 
-const char* PhaseName(wal::Phase p) {
-  switch (p) {
-    case wal::Phase::kTry:
-      return "try";
-    case wal::Phase::kConfirm:
-      return "confirm";
-    case wal::Phase::kCancel:
-      return "cancel";
-  }
-  return "?";
-}
-
 const char* PhaseStateName(wal::PhaseState s) {
   switch (s) {
     case wal::PhaseState::kNotSent:
@@ -29,24 +17,6 @@ const char* PhaseStateName(wal::PhaseState s) {
       return "SUCCEEDED";
     case wal::PhaseState::kFailed:
       return "FAILED";
-  }
-  return "?";
-}
-
-const char* OutcomeName(wal::Outcome o) {
-  switch (o) {
-    case wal::Outcome::kNone:
-      return "";
-    case wal::Outcome::kExecuted:
-      return "EXECUTED";
-    case wal::Outcome::kEmptyRollback:
-      return "EMPTY_ROLLBACK";
-    case wal::Outcome::kRejected:
-      return "REJECTED";
-    case wal::Outcome::kHangingRefused:
-      return "HANGING_REFUSED";
-    case wal::Outcome::kConflict:
-      return "CONFLICT";
   }
   return "?";
 }
@@ -79,9 +49,11 @@ struct Describe {
     out->set_kind("PhaseUpdate");
     out->set_at_ms(r.at_ms);
     out->set_branch_id(r.branch_id);
-    const char* outcome = OutcomeName(r.outcome);
+    // e.g. "Try: UNKNOWN (attempt 2): deadline exceeded".
+    const char* outcome =
+        r.outcome == wal::Outcome::kNone ? "" : core::OutcomeName(r.outcome);
     out->set_summary(
-        absl::StrCat(PhaseName(r.phase), ": ", PhaseStateName(r.state),
+        absl::StrCat(core::PhaseName(r.phase), ": ", PhaseStateName(r.state),
                      *outcome ? " " : "", outcome, " (attempt ", r.attempts,
                      ")", r.last_error.empty() ? "" : ": ", r.last_error));
   }
