@@ -18,6 +18,7 @@ build_dir=${TCC_BUILD_DIR:-build}
 bin_tccd=$build_dir/coordinator/tccd
 bin_bank=$build_dir/participant-sdk/examples/bank/tcc-bank
 bin_demo=$build_dir/participant-sdk/examples/bank/tcc-bank-demo
+bin_ctl=$build_dir/coordinator/tccctl/tccctl
 demo_dir=${TCC_DEMO_DIR:-$PWD/.tccd-demo}
 rm -rf "$demo_dir"
 mkdir -p "$demo_dir"
@@ -61,8 +62,12 @@ start "$demo_dir/bank-b.log" "$bin_bank" --name bank-b \
   --listen 127.0.0.1:0 --data-dir "$demo_dir/bank-b" --accounts 10 \
   --initial-balance 100
 port_b=$port
+# An admin token for tccctl (admin calls need a credential).
+tokens=$demo_dir/admin-tokens
+(umask 077 && echo "demo $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" >"$tokens")
 start "$demo_dir/tccd.log" "$bin_tccd" --config config/tccd.yaml \
   --data-dir "$demo_dir/tccd" --listen 127.0.0.1:0 \
+  --admin-token-file "$tokens" \
   --metrics-listen 127.0.0.1:0 \
   --participant "bank-a=127.0.0.1:$port_a" \
   --participant "bank-b=127.0.0.1:$port_b"
@@ -77,12 +82,19 @@ rc=0
 "$bin_demo" --tccd "127.0.0.1:$port_t" --bank-a "127.0.0.1:$port_a" \
   --bank-b "127.0.0.1:$port_b" || rc=$?
 echo "metrics: $metrics"
+ctl=("$bin_ctl" --addr "127.0.0.1:$port_t" --token-file "$tokens")
+echo
+echo "\$ tccctl status"
+"${ctl[@]}" status || rc=$?
+echo "\$ tccctl list"
+"${ctl[@]}" list || rc=$?
 
 if [ $once = 1 ]; then
   exit $rc
 fi
 echo
 echo "Serving until Ctrl-C. Try: $bin_demo --tccd 127.0.0.1:$port_t --bank-a 127.0.0.1:$port_a --bank-b 127.0.0.1:$port_b"
+echo "Operate: ${ctl[*]} status | list | show GID"
 while true; do
   for pid in "${pids[@]}"; do
     if ! kill -0 "$pid" 2>/dev/null; then
