@@ -17,6 +17,7 @@
 
 #include "bank_cluster.h"
 #include "tcc/v1/admin.grpc.pb.h"
+#include "test_dirs.h"
 
 namespace {
 
@@ -28,20 +29,10 @@ constexpr char kAliceToken[] = "alice-0123456789abcdef";
 constexpr char kBobToken[] = "bob-fedcba9876543210";
 
 std::string TempDir(const std::string& name) {
-  std::string tmpl = std::filesystem::temp_directory_path().string() +
-                     "/tccd-admin-" + name + "-XXXXXX";
-  REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-  return tmpl;
+  return tcc::harness::MakeTempDir("tccd-admin-" + name);
 }
 
-struct Cleanup {
-  std::string dir;
-  ~Cleanup() {
-    if (std::getenv("TCC_KEEP_TEST_DIRS") != nullptr) return;
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
+using tcc::harness::Cleanup;
 
 std::string WriteTokens(const std::string& dir, mode_t mode = 0600) {
   const std::string path = dir + "/admin-tokens";

@@ -17,13 +17,7 @@
 #include <thread>
 
 #include "bank_cluster.h"
-
-#define CHECK_OK(expr)              \
-  do {                              \
-    const absl::Status s_ = (expr); \
-    INFO(s_.ToString());            \
-    CHECK(s_.ok());                 \
-  } while (0)
+#include "test_dirs.h"
 
 namespace {
 
@@ -45,10 +39,7 @@ std::string PostgresUrl() {
 }
 
 std::string TempDir(const std::string& name) {
-  std::string tmpl = std::filesystem::temp_directory_path().string() +
-                     "/tccd-it-" + name + "-XXXXXX";
-  REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-  return tmpl;
+  return tcc::harness::MakeTempDir("tccd-it-" + name);
 }
 
 ClusterOptions Options(const std::string& name) {

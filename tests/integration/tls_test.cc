@@ -20,20 +20,7 @@
 #include "tcc/v1/admin.grpc.pb.h"
 #include "tcc/v1/participant.grpc.pb.h"
 #include "test_certs.h"
-
-#define CHECK_OK(expr)              \
-  do {                              \
-    const absl::Status s_ = (expr); \
-    INFO(s_.ToString());            \
-    CHECK(s_.ok());                 \
-  } while (0)
-
-#define REQUIRE_OK(expr)            \
-  do {                              \
-    const absl::Status s_ = (expr); \
-    INFO(s_.ToString());            \
-    REQUIRE(s_.ok());               \
-  } while (0)
+#include "test_dirs.h"
 
 namespace {
 
@@ -44,19 +31,10 @@ using tcc::harness::ClusterOptions;
 using tcc::harness::TestPki;
 
 std::string TempDir(const std::string& name) {
-  std::string tmpl = std::filesystem::temp_directory_path().string() +
-                     "/tccd-tls-" + name + "-XXXXXX";
-  REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-  return tmpl;
+  return tcc::harness::MakeTempDir("tccd-tls-" + name);
 }
 
-struct Cleanup {
-  std::string dir;
-  ~Cleanup() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
+using tcc::harness::Cleanup;
 
 ClusterOptions TlsOptions(const std::string& dir,
                           const std::string& listener_mode) {

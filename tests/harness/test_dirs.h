@@ -1,0 +1,47 @@
+// What integration tests share: status checks for Catch2 and temp dirs that
+// go away with the test (kept when TCC_KEEP_TEST_DIRS is set, to read logs).
+#pragma once
+
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <string>
+
+#include "absl/status/status.h"
+
+#define CHECK_OK(expr)              \
+  do {                              \
+    const absl::Status s_ = (expr); \
+    INFO(s_.ToString());            \
+    CHECK(s_.ok());                 \
+  } while (0)
+
+#define REQUIRE_OK(expr)            \
+  do {                              \
+    const absl::Status s_ = (expr); \
+    INFO(s_.ToString());            \
+    REQUIRE(s_.ok());               \
+  } while (0)
+
+namespace tcc::harness {
+
+// A new directory /tmp/PREFIX-XXXXXX.
+inline std::string MakeTempDir(const std::string& prefix) {
+  std::string tmpl = std::filesystem::temp_directory_path().string() + "/" +
+                     prefix + "-XXXXXX";
+  REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+  return tmpl;
+}
+
+// Removes `dir` when it goes out of scope.
+struct Cleanup {
+  std::string dir;
+  ~Cleanup() {
+    if (std::getenv("TCC_KEEP_TEST_DIRS") != nullptr) return;
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+}  // namespace tcc::harness
