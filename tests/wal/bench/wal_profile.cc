@@ -33,11 +33,15 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench_records.h"
 #include "fault_injection_fs.h"
 #include "record_codec.h"
 #include "tcc/wal/rocksdb_log.h"
 
 namespace {
+
+using tcc::wal::bench::Record200;
+using tcc::wal::bench::Registration;
 
 using tcc::wal::AppendRequest;
 using tcc::wal::Durability;
@@ -50,35 +54,6 @@ double ProcessCpuSeconds() {
   ::getrusage(RUSAGE_SELF, &usage);
   return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
          (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
-}
-
-tcc::wal::Record Record200(uint32_t seq) {
-  tcc::wal::PhaseUpdate p;
-  p.branch_id = "b0";
-  p.state = tcc::wal::PhaseState::kUnknown;
-  p.attempts = seq;
-  p.at_ms = seq;
-  const size_t base = tcc::wal::internal::EncodeRecord(p).size();
-  p.last_error = std::string(200 - base, 'e');
-  return p;
-}
-
-tcc::wal::Registered Registration(const std::string& gid, int64_t at) {
-  tcc::wal::Registered r;
-  r.gid = gid;
-  r.created_at_ms = at;
-  r.registered_at_ms = at;
-  r.try_deadline_ms = at + 30000;
-  r.revision = 1;
-  for (int i = 0; i < 2; ++i) {
-    tcc::wal::BranchSpec b;
-    b.branch_id = absl::StrCat("b", i);
-    b.participant = i == 0 ? "stock" : "payment";
-    b.action = "reserve";
-    b.payload = std::string(64, 'p');
-    r.branches.push_back(b);
-  }
-  return r;
 }
 
 // Issues appends and waits for all of them.
