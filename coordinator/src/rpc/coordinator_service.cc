@@ -73,14 +73,40 @@ absl::Status CoordinatorService::CheckCreatedAt(int64_t created_at_ms) const {
   return absl::OkStatus();
 }
 
+absl::Status CoordinatorService::CheckNewTransaction(
+    const std::string& gid, int64_t created_at_ms, bool approval_gate,
+    uint32_t approval_timeout_ms, const char* timeout_name,
+    uint32_t timeout_ms) const {
+  if (absl::Status s = identity::ValidateGid(gid); !s.ok()) return s;
+  if (absl::Status s = CheckCreatedAt(created_at_ms); !s.ok()) return s;
+  if (approval_gate && !options_.approval_gate_enabled) {
+    return absl::FailedPreconditionError(
+        "the approval gate needs an admin credential configured "
+        "(admin.token_file or admin.client_identities): nobody could "
+        "approve");
+  }
+  if (timeout_ms > options_.max_try_timeout_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(timeout_name, " ", timeout_ms, " is over the limit ",
+                     options_.max_try_timeout_ms));
+  }
+  if (approval_timeout_ms > options_.max_approval_timeout_ms) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("approval_timeout_ms is over the limit ",
+                     options_.max_approval_timeout_ms));
+  }
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::Submit(
     grpc::CallbackServerContext* ctx, const tcc::v1::SubmitRequest* request,
     tcc::v1::SubmitResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
-  if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
-    return Refuse(ctx, s);
-  }
-  if (absl::Status s = CheckCreatedAt(request->created_at_ms()); !s.ok()) {
+  if (absl::Status s = CheckNewTransaction(
+          request->gid(), request->created_at_ms(), request->approval_gate(),
+          request->approval_timeout_ms(), "try_timeout_ms",
+          request->try_timeout_ms());
+      !s.ok()) {
     return Refuse(ctx, s);
   }
   if (request->branches_size() == 0) {
@@ -90,23 +116,6 @@ grpc::ServerUnaryReactor* CoordinatorService::Submit(
     if (absl::Status s = CheckParticipant(b.participant()); !s.ok()) {
       return Refuse(ctx, s);
     }
-  }
-  if (request->approval_gate() && !options_.approval_gate_enabled) {
-    return Refuse(ctx, absl::FailedPreconditionError(
-                           "the approval gate needs an admin credential "
-                           "configured (admin.token_file or "
-                           "admin.client_identities): nobody could approve"));
-  }
-  if (request->try_timeout_ms() > options_.max_try_timeout_ms) {
-    return Refuse(ctx,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "try_timeout_ms ", request->try_timeout_ms(),
-                      " is over the limit ", options_.max_try_timeout_ms)));
-  }
-  if (request->approval_timeout_ms() > options_.max_approval_timeout_ms) {
-    return Refuse(ctx, absl::InvalidArgumentError(absl::StrCat(
-                           "approval_timeout_ms is over the limit ",
-                           options_.max_approval_timeout_ms)));
   }
   auto* reactor = ctx->DefaultReactor();
   backend_.Submit(FromProto(*request),
@@ -121,23 +130,11 @@ grpc::ServerUnaryReactor* CoordinatorService::Begin(
     grpc::CallbackServerContext* ctx, const tcc::v1::BeginRequest* request,
     tcc::v1::BeginResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
-  if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
+  if (absl::Status s = CheckNewTransaction(
+          request->gid(), request->created_at_ms(), request->approval_gate(),
+          request->approval_timeout_ms(), "timeout_ms", request->timeout_ms());
+      !s.ok()) {
     return Refuse(ctx, s);
-  }
-  if (absl::Status s = CheckCreatedAt(request->created_at_ms()); !s.ok()) {
-    return Refuse(ctx, s);
-  }
-  if (request->approval_gate() && !options_.approval_gate_enabled) {
-    return Refuse(ctx, absl::FailedPreconditionError(
-                           "the approval gate needs an admin credential "
-                           "configured (admin.token_file or "
-                           "admin.client_identities): nobody could approve"));
-  }
-  if (request->timeout_ms() > options_.max_try_timeout_ms) {
-    return Refuse(
-        ctx, absl::InvalidArgumentError(absl::StrCat(
-                 "timeout_ms ", request->timeout_ms(), " is over the limit ",
-                 options_.max_try_timeout_ms)));
   }
   auto* reactor = ctx->DefaultReactor();
   backend_.Begin(FromProto(*request),

@@ -78,6 +78,13 @@ class CoordinatorService final : public tcc::v1::Coordinator::CallbackService {
 
  private:
   [[nodiscard]] absl::Status CheckCreatedAt(int64_t created_at_ms) const;
+  // What Submit and Begin both check: gid, created_at, the gate, timeouts.
+  [[nodiscard]] absl::Status CheckNewTransaction(const std::string& gid,
+                                                 int64_t created_at_ms,
+                                                 bool approval_gate,
+                                                 uint32_t approval_timeout_ms,
+                                                 const char* timeout_name,
+                                                 uint32_t timeout_ms) const;
   [[nodiscard]] absl::Status CheckRate(grpc::CallbackServerContext* ctx);
 
   CoordinatorBackend& backend_;
