@@ -23,6 +23,7 @@
 #   --warmup-s N       warm-up seconds per run (default 2)
 #   --recovery-count N transactions left for recovery (default 100000)
 #   --only-recovery    only the recovery measurement (with the tccd stack)
+#   --tccd-config FILE tccd's configuration (default config/tccd.yaml)
 #
 # Everything runs on 127.0.0.1 with ports picked by the OS; every process
 # started here is stopped on exit (also on error or Ctrl-C), and every step
@@ -42,6 +43,7 @@ duration_s=10
 warmup_s=2
 recovery_count=100000
 only_recovery=0
+tccd_config=config/tccd.yaml
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -52,7 +54,8 @@ while [[ $# -gt 0 ]]; do
     --warmup-s) warmup_s=$2; shift ;;
     --recovery-count) recovery_count=$2; shift ;;
     --only-recovery) only_recovery=1 ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    --tccd-config) tccd_config=$2; shift ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -165,7 +168,7 @@ start_tccd_stack() {
   tccd_participants=("${participants[@]}")
   tccd_data=$dir/tccd
   TCC_FAILPOINTS=$tccd_fp start_server "tccd-$stack_count" "$tccd_bin" \
-    --config config/tccd.yaml --data-dir "$tccd_data" \
+    --config "$tccd_config" --data-dir "$tccd_data" \
     --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${participants[@]}"
   tccd_target=127.0.0.1:$server_port
   tccd_pids="$server_pid$bank_pids"
@@ -202,7 +205,7 @@ measure_recovery() {
   local tccd_pid=${tccd_pids%%,*}
   local banks=${tccd_pids#*,}
   local config=$run_dir/tccd-recovery.yaml
-  sed 's/^\(  max_in_flight:\) *[0-9]*/\1 1000000/' config/tccd.yaml >"$config"
+  sed 's/^\(  max_in_flight:\) *[0-9]*/\1 1000000/' "$tccd_config" >"$config"
   # Restart this stack's tccd with the failpoint and the raised limit.
   stop_pids "$tccd_pid"
   rm -rf "$tccd_data"

@@ -62,44 +62,178 @@ ParticipantOp OpOf(wal::Phase phase) {
 
 GrpcTransport::GrpcTransport(ParticipantClient& client,
                              std::function<void(std::function<void()>)> post,
-                             bool allow_direct_targets, int max_outstanding)
-    : client_(client),
-      post_(std::move(post)),
-      allow_direct_targets_(allow_direct_targets),
-      max_outstanding_(std::max(1, max_outstanding)) {}
+                             Options options)
+    : client_(client), post_(std::move(post)), options_([&] {
+        options.rpcs_in_flight = std::max(1, options.rpcs_in_flight);
+        options.batch_max_calls = std::max(1, options.batch_max_calls);
+        options.max_outstanding = std::max(1, options.max_outstanding);
+        return options;
+      }()) {}
 
-void GrpcTransport::Admit(const std::string& participant,
-                          std::function<void()> send) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    Window& w = windows_[participant];
-    if (w.outstanding >= max_outstanding_) {
-      w.waiting.push_back(std::move(send));
-      return;
-    }
-    ++w.outstanding;
-  }
-  send();
+GrpcTransport::Stats GrpcTransport::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
 }
 
-void GrpcTransport::Release(const std::string& participant) {
-  std::function<void()> next;
+void GrpcTransport::Admit(const std::string& participant, Pending call) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    windows_[participant].waiting.push_back(std::move(call));
+  }
+  Pump(participant, 0);
+}
+
+void GrpcTransport::Pump(const std::string& participant, int ended,
+                         std::deque<Pending> requeue_front) {
+  std::vector<std::vector<Pending>> to_send;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Window& w = windows_[participant];
-    if (w.waiting.empty()) {
-      --w.outstanding;
-      return;
+    w.in_flight -= ended;
+    while (!requeue_front.empty()) {
+      w.waiting.push_front(std::move(requeue_front.back()));
+      requeue_front.pop_back();
     }
-    next = std::move(w.waiting.front());  // takes over the slot
-    w.waiting.pop_front();
+    const bool batching = !w.no_batch && options_.batch_max_calls > 1;
+    const int limit =
+        batching ? options_.rpcs_in_flight : options_.max_outstanding;
+    while (w.in_flight < limit && !w.waiting.empty()) {
+      std::vector<Pending> group;
+      int64_t bytes = 0;
+      do {
+        bytes += w.waiting.front().bytes;
+        group.push_back(std::move(w.waiting.front()));
+        w.waiting.pop_front();
+      } while (batching && !w.waiting.empty() &&
+               static_cast<int>(group.size()) < options_.batch_max_calls &&
+               bytes + w.waiting.front().bytes <= options_.batch_max_bytes);
+      ++w.in_flight;
+      if (group.size() == 1) {
+        ++stats_.single_calls;
+      } else {
+        ++stats_.batches;
+        stats_.batched_calls += static_cast<int64_t>(group.size());
+      }
+      to_send.push_back(std::move(group));
+    }
   }
-  next();
+  for (std::vector<Pending>& group : to_send) {
+    if (group.size() == 1) {
+      SendOne(participant, std::move(group.front()));
+    } else {
+      SendBatch(participant, std::move(group));
+    }
+  }
+}
+
+void GrpcTransport::SendOne(const std::string& participant, Pending call) {
+  if (call.is_query) {
+    client_.Query(participant, call.query, call.timeout_ms,
+                  [this, participant, done = std::move(call.query_done)](
+                      absl::StatusOr<tcc::v1::QueryResponse> reply) {
+                    OnQueryReply(std::move(reply), done);
+                    Pump(participant, 1);
+                  });
+    return;
+  }
+  client_.Call(participant, call.op, call.branch, call.timeout_ms,
+               [this, participant, done = std::move(call.branch_done)](
+                   absl::StatusOr<tcc::v1::BranchResponse> reply) {
+                 OnBranchReply(std::move(reply), done);
+                 Pump(participant, 1);
+               });
+}
+
+void GrpcTransport::SendBatch(const std::string& participant,
+                              std::vector<Pending> calls) {
+  tcc::v1::BatchRequest request;
+  int64_t timeout_ms = 0;
+  for (Pending& c : calls) {
+    timeout_ms = std::max(timeout_ms, c.timeout_ms);
+    tcc::v1::BatchCall* bc = request.add_calls();
+    if (c.is_query) {
+      *bc->mutable_query_call() = c.query;
+      continue;
+    }
+    switch (c.op) {
+      case ParticipantOp::kTry:
+        *bc->mutable_try_call() = c.branch;
+        break;
+      case ParticipantOp::kConfirm:
+        *bc->mutable_confirm_call() = c.branch;
+        break;
+      case ParticipantOp::kCancel:
+        *bc->mutable_cancel_call() = c.branch;
+        break;
+    }
+  }
+  client_.Batch(
+      participant, std::move(request), timeout_ms,
+      [this, participant, calls = std::move(calls)](
+          absl::StatusOr<tcc::v1::BatchResponse> reply) mutable {
+        if (!reply.ok() &&
+            reply.status().code() == absl::StatusCode::kUnimplemented) {
+          // No Batch there: nothing ran. Single calls from now on, these
+          // first.
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            Window& w = windows_[participant];
+            if (!w.no_batch) ++stats_.batch_fallbacks;
+            w.no_batch = true;
+          }
+          std::deque<Pending> again(std::make_move_iterator(calls.begin()),
+                                    std::make_move_iterator(calls.end()));
+          Pump(participant, 1, std::move(again));
+          return;
+        }
+        if (reply.ok() &&
+            reply->results_size() != static_cast<int>(calls.size())) {
+          reply = absl::UnknownError(
+              absl::StrCat("participant answered a batch of ", calls.size(),
+                           " calls with ", reply->results_size(), " results"));
+        }
+        for (size_t i = 0; i < calls.size(); ++i) {
+          Pending& c = calls[i];
+          if (!reply.ok()) {
+            Fail(c, reply.status());
+            continue;
+          }
+          tcc::v1::BatchResult& r =
+              *reply->mutable_results(static_cast<int>(i));
+          if (r.code() != 0) {
+            Fail(c, absl::Status(static_cast<absl::StatusCode>(r.code()),
+                                 r.error_message()));
+          } else if (c.is_query) {
+            if (!r.has_query()) {
+              Fail(c, absl::UnknownError("participant answered a batched "
+                                         "Query without its reply"));
+            } else {
+              OnQueryReply(std::move(*r.mutable_query()), c.query_done);
+            }
+          } else if (!r.has_branch()) {
+            Fail(c, absl::UnknownError(
+                        "participant answered a batched call without its "
+                        "reply"));
+          } else {
+            OnBranchReply(std::move(*r.mutable_branch()), c.branch_done);
+          }
+        }
+        Pump(participant, 1);
+      });
+}
+
+void GrpcTransport::Fail(Pending& call, const absl::Status& status) {
+  if (call.is_query) {
+    call.query_done(status);
+  } else {
+    call.branch_done(status);
+  }
 }
 
 absl::Status GrpcTransport::Reachable(const std::string& participant) {
   if (client_.Has(participant)) return absl::OkStatus();
-  if (allow_direct_targets_ && participant.find(':') != std::string::npos) {
+  if (options_.allow_direct_targets &&
+      participant.find(':') != std::string::npos) {
     absl::Status s = client_.Add(participant, participant);
     if (s.ok() || s.code() == absl::StatusCode::kAlreadyExists) {
       return absl::OkStatus();
@@ -131,17 +265,13 @@ void GrpcTransport::Call(const runtime::BranchCall& call, int64_t timeout_ms,
   req.set_attempt(call.attempt);
   req.set_owner_epoch(call.owner_epoch);
   req.set_try_deadline_ms(call.try_deadline_ms);
-  const std::string participant = spec.participant;
-  const ParticipantOp op = OpOf(call.phase);
-  Admit(participant, [this, participant, op, req = std::move(req), timeout_ms,
-                      done = std::move(done)]() mutable {
-    client_.Call(participant, op, req, timeout_ms,
-                 [this, participant, done = std::move(done)](
-                     absl::StatusOr<tcc::v1::BranchResponse> reply) {
-                   Release(participant);
-                   OnBranchReply(std::move(reply), done);
-                 });
-  });
+  Pending p;
+  p.op = OpOf(call.phase);
+  p.bytes = static_cast<int64_t>(req.ByteSizeLong());
+  p.branch = std::move(req);
+  p.branch_done = std::move(done);
+  p.timeout_ms = timeout_ms;
+  Admit(spec.participant, std::move(p));
 }
 
 void GrpcTransport::OnBranchReply(absl::StatusOr<tcc::v1::BranchResponse> reply,
@@ -166,16 +296,13 @@ void GrpcTransport::Query(const runtime::QueryCall& query, int64_t timeout_ms,
   req.mutable_key()->set_gid(query.gid);
   req.mutable_key()->set_created_at_ms(query.created_at_ms);
   req.mutable_key()->set_branch_id(query.branch_id);
-  const std::string participant = query.participant;
-  Admit(participant, [this, participant, req = std::move(req), timeout_ms,
-                      done = std::move(done)]() mutable {
-    client_.Query(participant, req, timeout_ms,
-                  [this, participant, done = std::move(done)](
-                      absl::StatusOr<tcc::v1::QueryResponse> reply) {
-                    Release(participant);
-                    OnQueryReply(std::move(reply), done);
-                  });
-  });
+  Pending p;
+  p.is_query = true;
+  p.bytes = static_cast<int64_t>(req.ByteSizeLong());
+  p.query = std::move(req);
+  p.query_done = std::move(done);
+  p.timeout_ms = timeout_ms;
+  Admit(query.participant, std::move(p));
 }
 
 void GrpcTransport::OnQueryReply(absl::StatusOr<tcc::v1::QueryResponse> reply,

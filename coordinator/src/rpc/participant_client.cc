@@ -55,9 +55,8 @@ tcc::v1::Participant::Stub* ParticipantClient::Stub(
 }
 
 template <typename Request, typename Response, typename Reply, typename Start>
-void ParticipantClient::Send(const std::string& participant,
-                             const Request& request, int64_t timeout_ms,
-                             Reply done, Start start) {
+void ParticipantClient::Send(const std::string& participant, Request request,
+                             int64_t timeout_ms, Reply done, Start start) {
   tcc::v1::Participant::Stub* stub = Stub(participant);
   if (stub == nullptr) {
     done(absl::NotFoundError(
@@ -65,7 +64,7 @@ void ParticipantClient::Send(const std::string& participant,
     return;
   }
   using Pending = PendingCall<Request, Response, Reply>;
-  auto* call = new Pending{{}, request, {}, std::move(done)};
+  auto* call = new Pending{{}, std::move(request), {}, std::move(done)};
   call->context.set_deadline(
       gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                    gpr_time_from_millis(timeout_ms, GPR_TIMESPAN)));
@@ -113,6 +112,18 @@ void ParticipantClient::Query(const std::string& participant,
          const tcc::v1::QueryRequest* req, tcc::v1::QueryResponse* resp,
          std::function<void(grpc::Status)> on_done) {
         async->Query(ctx, req, resp, std::move(on_done));
+      });
+}
+
+void ParticipantClient::Batch(const std::string& participant,
+                              tcc::v1::BatchRequest request, int64_t timeout_ms,
+                              BatchReply done) {
+  Send<tcc::v1::BatchRequest, tcc::v1::BatchResponse>(
+      participant, std::move(request), timeout_ms, std::move(done),
+      [](auto* async, grpc::ClientContext* ctx,
+         const tcc::v1::BatchRequest* req, tcc::v1::BatchResponse* resp,
+         std::function<void(grpc::Status)> on_done) {
+        async->Batch(ctx, req, resp, std::move(on_done));
       });
 }
 

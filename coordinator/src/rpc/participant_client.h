@@ -32,6 +32,7 @@ enum class ParticipantOp { kTry, kConfirm, kCancel };
 using BranchReply =
     std::function<void(absl::StatusOr<tcc::v1::BranchResponse>)>;
 using QueryReply = std::function<void(absl::StatusOr<tcc::v1::QueryResponse>)>;
+using BatchReply = std::function<void(absl::StatusOr<tcc::v1::BatchResponse>)>;
 
 class ParticipantClient {
  public:
@@ -60,6 +61,11 @@ class ParticipantClient {
              const tcc::v1::QueryRequest& request, int64_t timeout_ms,
              QueryReply done);
 
+  // Sends a Batch; `done` gets every call's result or the Batch's error.
+  // `request` is moved from.
+  void Batch(const std::string& participant, tcc::v1::BatchRequest request,
+             int64_t timeout_ms, BatchReply done);
+
   // For a stopping daemon: calls made from now on are dropped (their
   // callbacks never run), calls in flight are cancelled, and this returns
   // once every callback of a call in flight has returned (or after
@@ -69,8 +75,8 @@ class ParticipantClient {
  private:
   // One unary call: deadline, registration, the reply handed to `done`.
   template <typename Request, typename Response, typename Reply, typename Start>
-  void Send(const std::string& participant, const Request& request,
-            int64_t timeout_ms, Reply done, Start start);
+  void Send(const std::string& participant, Request request, int64_t timeout_ms,
+            Reply done, Start start);
 
   // Registers a call in flight; false when stopping (drop the call).
   bool Begin(grpc::ClientContext* context);

@@ -347,6 +347,16 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
     r.RejectUnknown();
   }
   {
+    MapReader r(top.Child("participant_calls"), top.Key("participant_calls"),
+                &error);
+    ParticipantCallsConfig& pc = c.participant_calls;
+    r.Integer("rpcs_in_flight", &pc.rpcs_in_flight, 1, 100000);
+    r.Integer("batch_max_calls", &pc.batch_max_calls, 1, 1024);
+    r.Integer("batch_max_bytes", &pc.batch_max_bytes, 1024, 4 * 1024 * 1024);
+    r.Integer("max_outstanding", &pc.max_outstanding, 1, 1000000);
+    r.RejectUnknown();
+  }
+  {
     MapReader r(top.Child("transactions"), top.Key("transactions"), &error);
     r.Integer("try_timeout_ms", &c.transactions.try_timeout_ms, 1, kDay);
     r.Integer("max_try_timeout_ms", &c.transactions.max_try_timeout_ms, 1,

@@ -88,6 +88,21 @@ struct CircuitBreakerConfig {
   int64_t open_ms = 2000;          // open this long before a probe
 };
 
+// How calls travel to each participant (every participant alike). At most
+// `rpcs_in_flight` gRPC calls are in flight to one participant; calls made
+// meanwhile wait and leave together, when one of those ends, as one Batch
+// (at most `batch_max_calls` calls and `batch_max_bytes` bytes): batches form
+// only under load, no call waits for a batch to fill. A participant that
+// answers Batch with UNIMPLEMENTED gets single calls, at most
+// `max_outstanding` in flight. batch_max_calls 1: no batching, single calls
+// up to `max_outstanding`.
+struct ParticipantCallsConfig {
+  uint32_t rpcs_in_flight = 4;
+  uint32_t batch_max_calls = 256;
+  uint64_t batch_max_bytes = 1024 * 1024;
+  uint32_t max_outstanding = 512;
+};
+
 struct TransactionDefaults {
   int64_t try_timeout_ms = 10 * 1000;  // when a Submit gives none
   int64_t max_try_timeout_ms = 10 * 60 * 1000;
@@ -134,6 +149,7 @@ struct Config {
   std::map<std::string, ParticipantConfig> participants;
   RetryConfig retry;
   CircuitBreakerConfig circuit_breaker;
+  ParticipantCallsConfig participant_calls;
   TransactionDefaults transactions;
   LimitsConfig limits;
   RetentionConfig retention;

@@ -186,7 +186,16 @@ absl::Status Server::Impl::Start(const Config& config,
       [this](std::function<void()> task) {
         boost::asio::post(threads_->context(), std::move(task));
       },
-      config.allow_direct_targets);
+      rpc::GrpcTransport::Options{
+          .allow_direct_targets = config.allow_direct_targets,
+          .rpcs_in_flight =
+              static_cast<int>(config.participant_calls.rpcs_in_flight),
+          .batch_max_calls =
+              static_cast<int>(config.participant_calls.batch_max_calls),
+          .batch_max_bytes =
+              static_cast<int64_t>(config.participant_calls.batch_max_bytes),
+          .max_outstanding =
+              static_cast<int>(config.participant_calls.max_outstanding)});
 
   metrics_ = std::make_unique<CoordinatorMetrics>();
   if (!config.metrics_listen.empty()) {

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -38,6 +39,82 @@ BranchCall CallFromProto(const v1::BranchRequest& req) {
   return call;
 }
 
+// The most calls one Batch may carry (proto/tcc/v1/participant.proto).
+constexpr int kMaxBatchCalls = 1024;
+
+grpc::Status CheckBatch(const v1::BatchRequest& req) {
+  if (req.calls_size() > kMaxBatchCalls) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("a batch carries at most ", kMaxBatchCalls,
+                                     " calls; this one has ", req.calls_size(),
+                                     "; nothing ran"));
+  }
+  for (int i = 0; i < req.calls_size(); ++i) {
+    if (req.calls(i).call_case() == v1::BatchCall::CALL_NOT_SET) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("batch call ", i, " names no call; nothing ran"));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+void SetError(const absl::Status& s, v1::BatchResult* result) {
+  result->set_code(static_cast<int>(s.code()));
+  result->set_error_message(std::string(s.message()));
+}
+
+// What one call of a batch did, before its durability is known.
+struct BatchAnswer {
+  bool is_query = false;
+  absl::StatusOr<BarrierAnswer> branch = absl::UnknownError("not run");
+  absl::StatusOr<QueryAnswer> query = absl::UnknownError("not run");
+};
+
+// Runs one call of a batch (CheckBatch has vetted it).
+BatchAnswer RunBatchCall(Participant& participant, const v1::BatchCall& call) {
+  BatchAnswer a;
+  switch (call.call_case()) {
+    case v1::BatchCall::kTryCall:
+      a.branch = participant.Try(CallFromProto(call.try_call()));
+      break;
+    case v1::BatchCall::kConfirmCall:
+      a.branch = participant.Confirm(CallFromProto(call.confirm_call()));
+      break;
+    case v1::BatchCall::kCancelCall:
+      a.branch = participant.Cancel(CallFromProto(call.cancel_call()));
+      break;
+    case v1::BatchCall::kQueryCall:
+      a.is_query = true;
+      a.query = participant.Query(KeyFromProto(call.query_call().key()));
+      break;
+    case v1::BatchCall::CALL_NOT_SET:
+      break;
+  }
+  return a;
+}
+
+// Fills `result` from an answer whose local transaction is durable.
+void FillBatchResult(const BatchAnswer& a, v1::BatchResult* result) {
+  if (a.is_query) {
+    if (!a.query.ok()) return SetError(a.query.status(), result);
+    v1::QueryResponse* q = result->mutable_query();
+    q->set_state(static_cast<v1::BarrierState>(a.query->state));
+    q->set_branch_hash(a.query->branch_hash);
+    q->set_authoritative(a.query->authoritative);
+    return;
+  }
+  if (!a.branch.ok()) return SetError(a.branch.status(), result);
+  // The local transaction is durable; a crash here loses only the reply.
+  if (absl::Status s = failpoint::Eval(kAfterCommitFailpoint); !s.ok()) {
+    return SetError(s, result);
+  }
+  v1::BranchResponse* b = result->mutable_branch();
+  b->set_outcome(static_cast<v1::Outcome>(a.branch->outcome));
+  b->set_replayed(a.branch->replayed);
+  b->set_message(a.branch->message);
+}
+
 }  // namespace
 
 class ParticipantServer::Service final : public v1::Participant::Service {
@@ -64,6 +141,15 @@ class ParticipantServer::Service final : public v1::Participant::Service {
     resp->set_state(static_cast<v1::BarrierState>(answer->state));
     resp->set_branch_hash(answer->branch_hash);
     resp->set_authoritative(answer->authoritative);
+    return grpc::Status::OK;
+  }
+  // Each call commits on its own here (the store does not group commits).
+  grpc::Status Batch(grpc::ServerContext*, const v1::BatchRequest* req,
+                     v1::BatchResponse* resp) override {
+    if (grpc::Status s = CheckBatch(*req); !s.ok()) return s;
+    for (const v1::BatchCall& call : req->calls()) {
+      FillBatchResult(RunBatchCall(participant_, call), resp->add_results());
+    }
     return grpc::Status::OK;
   }
 
@@ -124,6 +210,31 @@ class ParticipantServer::GroupCommitService final
           resp->set_state(static_cast<v1::BarrierState>(answer->state));
           resp->set_branch_hash(answer->branch_hash);
           resp->set_authoritative(answer->authoritative);
+          reactor->Finish(grpc::Status::OK);
+        });
+    return reactor;
+  }
+  // Every call of the batch runs here, on this thread, and one sync makes
+  // them all durable: the reply leaves once it has.
+  grpc::ServerUnaryReactor* Batch(grpc::CallbackServerContext* ctx,
+                                  const v1::BatchRequest* req,
+                                  v1::BatchResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (grpc::Status s = CheckBatch(*req); !s.ok()) {
+      reactor->Finish(s);
+      return reactor;
+    }
+    std::vector<BatchAnswer> answers;
+    answers.reserve(req->calls_size());
+    for (const v1::BatchCall& call : req->calls()) {
+      answers.push_back(RunBatchCall(participant_, call));
+    }
+    store_.WhenDurable(
+        [reactor, resp, answers = std::move(answers)](absl::Status durable) {
+          if (!durable.ok()) return reactor->Finish(ToGrpc(Unknown(durable)));
+          for (const BatchAnswer& a : answers) {
+            FillBatchResult(a, resp->add_results());
+          }
           reactor->Finish(grpc::Status::OK);
         });
     return reactor;
