@@ -188,6 +188,11 @@ metric_sum() {
     awk -v p="$2" 'index($1, p) == 1 { v += $2 } END { printf "%.0f\n", v + 0 }'
 }
 now_s() { date +%s.%N; }
+# cpu_s PID: the CPU seconds (user + system) PID has used so far (0 if gone).
+cpu_s() {
+  awk -v hz="$(getconf CLK_TCK)" '{ sub(/^.*\) /, ""); printf "%.2f\n", ($12 + $13) / hz }' \
+    "/proc/$1/stat" 2>/dev/null || echo 0
+}
 
 # Recovery: 100,000 transactions registered durably and left in TRYING. tccd
 # runs with failpoint driver.before_try_send=error (each Try stays in the
@@ -226,11 +231,15 @@ measure_recovery() {
     cat "$rlog" >&2
     return 0
   fi
-  local t0 t1 done_count=0
+  local t0 t1 done_count=0 bank_pid bank_cpu0=0 bank_cpu1=0
+  for bank_pid in ${banks//,/ }; do
+    bank_cpu0=$(awk -v a="$bank_cpu0" -v b="$(cpu_s "$bank_pid")" 'BEGIN { print a + b }')
+  done
   t0=$(now_s)
   start_server tccd-recover "$tccd_bin" --config "$config" \
     --data-dir "$tccd_data" --listen 127.0.0.1:0 \
     --metrics-listen 127.0.0.1:0 "${tccd_participants[@]}"
+  local recover_pid=$server_pid
   local url
   url=$(sed -n 's/^metrics: \(http:[^ ]*\)$/\1/p' "$run_dir/tccd-recover.log" |
         head -n1)
@@ -241,8 +250,14 @@ measure_recovery() {
     sleep 0.1
   done
   t1=$(now_s)
+  local tccd_cpu
+  tccd_cpu=$(cpu_s "$recover_pid")
+  for bank_pid in ${banks//,/ }; do
+    bank_cpu1=$(awk -v a="$bank_cpu1" -v b="$(cpu_s "$bank_pid")" 'BEGIN { print a + b }')
+  done
   {
     echo "recovered: $done_count of $recovery_count final in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') s (from tccd start)"
+    echo "recovery CPU: tccd $tccd_cpu s, the two banks $(awk -v a="$bank_cpu0" -v b="$bank_cpu1" 'BEGIN { printf "%.2f", b - a }') s"
     curl -s --max-time 5 "$url" | grep -E '^tccd_(transactions_total|recovery|wal_sync)' || true
     echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
   } >>"$rlog"
@@ -255,7 +270,7 @@ measure_recovery() {
   fi
   recovery_tps=$(awk -v n="$recovery_count" -v a="$t0" -v b="$t1" \
     'BEGIN { printf "%.0f", n / (b - a) }')
-  recovery_note="Recovery: $recovery_count transactions left in TRYING (registered durably, no Try sent) were all final $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s after tccd restarted: $recovery_tps tx/s (load average $(cut -d' ' -f1 /proc/loadavg))."
+  recovery_note="Recovery: $recovery_count transactions left in TRYING (registered durably, no Try sent) were all final $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s after tccd restarted: $recovery_tps tx/s; CPU used meanwhile: tccd $tccd_cpu s, the two banks $(awk -v a="$bank_cpu0" -v b="$bank_cpu1" 'BEGIN { printf "%.2f", b - a }') s (load average $(cut -d' ' -f1 /proc/loadavg))."
 }
 
 table_rows=()

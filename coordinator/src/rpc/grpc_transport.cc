@@ -148,22 +148,33 @@ void GrpcTransport::SendBatch(const std::string& participant,
                               std::vector<Pending> calls) {
   tcc::v1::BatchRequest request;
   int64_t timeout_ms = 0;
+  // Once the participant is known to take batches, the requests move into
+  // the batch (the calls keep their callbacks); until then they are copied,
+  // to be sent alone if it has no Batch.
+  bool known;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    known = windows_[participant].batch_known;
+  }
+  auto take = [known](auto& message) {
+    return known ? std::move(message) : message;
+  };
   for (Pending& c : calls) {
     timeout_ms = std::max(timeout_ms, c.timeout_ms);
     tcc::v1::BatchCall* bc = request.add_calls();
     if (c.is_query) {
-      *bc->mutable_query_call() = c.query;
+      *bc->mutable_query_call() = take(c.query);
       continue;
     }
     switch (c.op) {
       case ParticipantOp::kTry:
-        *bc->mutable_try_call() = c.branch;
+        *bc->mutable_try_call() = take(c.branch);
         break;
       case ParticipantOp::kConfirm:
-        *bc->mutable_confirm_call() = c.branch;
+        *bc->mutable_confirm_call() = take(c.branch);
         break;
       case ParticipantOp::kCancel:
-        *bc->mutable_cancel_call() = c.branch;
+        *bc->mutable_cancel_call() = take(c.branch);
         break;
     }
   }
@@ -185,6 +196,10 @@ void GrpcTransport::SendBatch(const std::string& participant,
                                     std::make_move_iterator(calls.end()));
           Pump(participant, 1, std::move(again));
           return;
+        }
+        if (reply.ok()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          windows_[participant].batch_known = true;
         }
         if (reply.ok() &&
             reply->results_size() != static_cast<int>(calls.size())) {

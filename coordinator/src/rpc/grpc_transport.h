@@ -82,8 +82,9 @@ class GrpcTransport final : public runtime::ParticipantTransport {
     int64_t bytes = 0;
   };
   struct Window {
-    int in_flight = 0;  // gRPC calls
-    bool no_batch = false;
+    int in_flight = 0;         // gRPC calls
+    bool no_batch = false;     // answered Batch with UNIMPLEMENTED
+    bool batch_known = false;  // answered a Batch
     std::deque<Pending> waiting;
   };
 

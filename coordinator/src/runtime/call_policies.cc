@@ -36,23 +36,31 @@ int64_t AdaptiveTimeouts::TimeoutMs(const std::string& participant,
                                     CallKind kind) const {
   const TimeoutBounds& bounds = BoundsFor(participant, kind);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = samples_.find({participant, kind});
-  if (it == samples_.end() || it->second.size() < min_samples_) {
+  auto it = series_.find({participant, kind});
+  if (it == series_.end() || it->second.samples.size() < min_samples_) {
     return std::clamp(bounds.initial_ms, bounds.min_ms, bounds.max_ms);
   }
-  std::vector<int64_t> v(it->second.begin(), it->second.end());
-  const size_t idx =
-      static_cast<size_t>(std::ceil(0.99 * static_cast<double>(v.size()))) - 1;
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(idx), v.end());
-  return std::clamp(2 * v[idx], bounds.min_ms, bounds.max_ms);
+  Series& s = it->second;
+  if (!s.computed || s.unseen >= kRecomputeEvery) {
+    std::vector<int64_t> v(s.samples.begin(), s.samples.end());
+    const size_t idx =
+        static_cast<size_t>(std::ceil(0.99 * static_cast<double>(v.size()))) -
+        1;
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(idx), v.end());
+    s.p99 = v[idx];
+    s.computed = true;
+    s.unseen = 0;
+  }
+  return std::clamp(2 * s.p99, bounds.min_ms, bounds.max_ms);
 }
 
 void AdaptiveTimeouts::Observe(const std::string& participant, CallKind kind,
                                int64_t latency_ms) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& d = samples_[{participant, kind}];
-  d.push_back(latency_ms);
-  if (d.size() > window_) d.pop_front();
+  Series& s = series_[{participant, kind}];
+  s.samples.push_back(latency_ms);
+  if (s.samples.size() > window_) s.samples.pop_front();
+  ++s.unseen;
 }
 
 const char* BreakerStateName(BreakerState s) {

@@ -72,7 +72,16 @@ class AdaptiveTimeouts {
   size_t window_;
   size_t min_samples_;
   mutable std::mutex mu_;
-  std::map<std::pair<std::string, CallKind>, std::deque<int64_t>> samples_;
+  // The p99 is recomputed (a copy and a selection over the window) at most
+  // once per kRecomputeEvery observations, not on every call.
+  static constexpr uint32_t kRecomputeEvery = 16;
+  struct Series {
+    std::deque<int64_t> samples;
+    int64_t p99 = 0;
+    bool computed = false;
+    uint32_t unseen = 0;  // observations since p99 was computed
+  };
+  mutable std::map<std::pair<std::string, CallKind>, Series> series_;
 };
 
 struct BreakerOptions {

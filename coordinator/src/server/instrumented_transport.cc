@@ -84,8 +84,11 @@ void InstrumentedTransport::Call(const runtime::BranchCall& call,
         if (answer.ok()) {
           metrics_.BranchCall(phase, OutcomeLabel(answer->outcome),
                               answer->replayed, seconds);
+          // Debug: a recovery re-sends every Try it resolves (attempt 2), and
+          // an info line each would be hundreds of thousands of lines; the
+          // metrics count retries.
           if (attempt > 1) {
-            spdlog::info(
+            spdlog::debug(
                 "gid={} branch={} {} attempt {} answered {}{} after "
                 "{} ms",
                 gid, branch, phase, attempt, OutcomeLabel(answer->outcome),
@@ -113,9 +116,11 @@ void InstrumentedTransport::Query(const runtime::QueryCall& query,
        done = std::move(done)](absl::StatusOr<runtime::QueryAnswer> answer) {
         if (answer.ok()) {
           metrics_.Lookup(BarrierLabel(answer->state));
-          spdlog::info("gid={} branch={} lookup: {}{}", gid, branch,
-                       BarrierLabel(answer->state),
-                       answer->authoritative ? "" : " (not authoritative)");
+          // Debug: routine in recovery (one per unknown branch); the driver
+          // alerts on the answers that are not.
+          spdlog::debug("gid={} branch={} lookup: {}{}", gid, branch,
+                        BarrierLabel(answer->state),
+                        answer->authoritative ? "" : " (not authoritative)");
         } else {
           metrics_.Lookup(CodeLabel(answer.status().code()));
           spdlog::info("gid={} branch={} lookup failed: {}", gid, branch,
