@@ -656,4 +656,72 @@ TEST_CASE(
   CHECK(epochs == 0);
 }
 
+namespace {
+
+// Counts, per gid, what recovery did: Queries sent, and decisions.
+struct WindowObserver : DriverObserver {
+  std::set<std::string> queried, decided;
+  size_t max_undecided = 0;
+  void OnEffect(const std::string& gid, const core::Effect& e) override {
+    if (std::holds_alternative<core::QueryEffect>(e)) {
+      queried.insert(gid);
+      size_t undecided = 0;
+      for (const std::string& g : queried) undecided += !decided.count(g);
+      max_undecided = std::max(max_undecided, undecided);
+    }
+    if (const auto* s = std::get_if<core::SignalEffect>(&e);
+        s != nullptr && s->kind == SignalKind::kDecided) {
+      decided.insert(gid);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "recovery resumes at most recovery_window undecided transactions at "
+    "once, and finishes them all",
+    "[driver][crash]") {
+  DriverOptions o;
+  o.recovery_window = 3;
+  Harness h(2, o);
+  // 40 transactions registered durably whose Trys never leave (the failpoint
+  // keeps them in the process), then a crash.
+  REQUIRE(failpoint::Configure("driver.before_try_send=error").ok());
+  std::vector<Result> accepted;
+  for (int i = 0; i < 40; ++i) {
+    accepted.push_back(
+        h.Submit(h.Spec("w" + std::to_string(i), 2, core::WaitFor::kAccepted)));
+  }
+  REQUIRE(h.Run([&] {
+    for (const Result& r : accepted) {
+      if (!r->has_value()) return false;
+    }
+    return true;
+  }));
+  for (const Result& r : accepted) REQUIRE(r->value().ok());
+  REQUIRE(failpoint::Configure("").ok());
+  WindowObserver window;
+  h.driver.reset();
+  h.exec.Clear();
+  h.log.Crash(0);
+  h.driver = std::make_unique<Driver>(
+      o, std::vector<Executor*>{&h.exec, &h.exec, &h.exec}, h.clock,
+      h.transport, h.log, &window);
+  REQUIRE(h.driver->Start().ok());
+  REQUIRE(h.Run([&] {
+    for (int i = 0; i < 40; ++i) {
+      if (!wal::IsFinal(h.StoredState("w" + std::to_string(i)))) return false;
+    }
+    return true;
+  }));
+  for (int i = 0; i < 40; ++i) {
+    CHECK(h.StoredState("w" + std::to_string(i)) == TxnState::kConfirmed);
+  }
+  CHECK(window.queried.size() == 40);  // each was resolved by asking
+  CHECK(window.max_undecided >= 1);
+  CHECK(window.max_undecided <= 3);
+  h.CheckInvariants();
+}
+
 }  // namespace tcc::runtime

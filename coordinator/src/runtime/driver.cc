@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <mutex>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -79,6 +81,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         std::make_shared<std::atomic<int>>(0);
     std::shared_ptr<std::atomic<bool>> evict_wanted =
         std::make_shared<std::atomic<bool>>(false);
+    // Holds one of the recovery window's places until decided or dropped.
+    bool recovery_place = false;
   };
   struct Shard {
     Executor* exec;
@@ -213,6 +217,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                               wal::TxnSummary* compact,
                               const wal::TxnSummary** summary) {
     if (Owner* o = Find(s, gid)) return o;
+    NoteLoadedDuringRecovery(gid);
     absl::StatusOr<wal::TxnLog> read = log_.Read(gid);
     if (read.status().code() == absl::StatusCode::kNotFound) {
       return static_cast<Owner*>(nullptr);
@@ -251,36 +256,127 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     return o;
   }
 
+  // Streams the unfinished transactions into the recovery queue, resuming
+  // them (ResumeFromScan) while the scan goes on.
   void Scan() {
-    std::vector<wal::TxnLog> found;
+    {
+      std::lock_guard<std::mutex> lock(recovery_mu_);
+      recovery_scanning_ = true;
+      recovery_pending_ = true;  // from now on Load notes what it reads
+    }
+    size_t n = 0;
     absl::Status st = log_.ScanUnfinished([&](wal::TxnLog t) {
-      found.push_back(std::move(t));
+      {
+        std::lock_guard<std::mutex> lock(recovery_mu_);
+        recovery_queue_.push_back(std::move(t));
+      }
+      if (++n % 256 == 0) ResumeFromScan();
       return absl::OkStatus();
     });
+    {
+      std::lock_guard<std::mutex> lock(recovery_mu_);
+      recovery_scanning_ = false;
+      if (recovery_queue_.empty() && recovery_posted_ == 0) {
+        recovery_loaded_.clear();
+        recovery_pending_ = false;
+      }
+    }
     if (!st.ok()) {
       core::SignalEffect sig{
           core::SignalKind::kAlert, -1,
           absl::StrCat("recovery scan failed: ", st.ToString())};
       observer_->OnSignal("", "", sig);
-      return;
     }
-    const size_t n = found.size();
-    for (auto& t : found) {
-      std::string gid = t.summary.gid;
-      auto shared = std::make_shared<wal::TxnLog>(std::move(t));
+    observer_->OnRecovered(n);
+    ResumeFromScan();
+  }
+
+  // Resumes scanned transactions while the recovery window has room.
+  void ResumeFromScan() {
+    std::vector<std::shared_ptr<wal::TxnLog>> next;
+    {
+      std::lock_guard<std::mutex> lock(recovery_mu_);
+      while (recovery_active_ < std::max<size_t>(1, options_.recovery_window) &&
+             !recovery_queue_.empty()) {
+        next.push_back(
+            std::make_shared<wal::TxnLog>(std::move(recovery_queue_.front())));
+        recovery_queue_.pop_front();
+        ++recovery_active_;
+        ++recovery_posted_;
+      }
+    }
+    for (auto& shared : next) {
+      std::string gid = shared->summary.gid;
       OnShard(gid, [gid, shared](Impl& self, size_t s) {
-        if (self.Find(s, gid) != nullptr) return;  // a request loaded it
+        // Loaded from the WAL by a request since the scan: its owner (or, if
+        // it finished and went, the WAL) is newer than the scanned records.
+        const bool loaded = self.LoadedDuringRecovery(gid);
+        if (loaded || self.Find(s, gid) != nullptr) {
+          self.ReleaseRecoveryPlace();
+          return;
+        }
         absl::StatusOr<Owner*> o = self.Adopt(s, std::move(*shared));
-        if (o.ok()) self.MaybeEvict(s, gid);  // it may have finished
         if (!o.ok()) {
           self.observer_->OnSignal(
               gid, "",
               core::SignalEffect{core::SignalKind::kAlert, -1,
                                  o.status().ToString()});
+          self.ReleaseRecoveryPlace();
+          return;
         }
+        Owner* owner = self.Find(s, gid);
+        if (owner != nullptr && !owner->txn.poisoned &&
+            owner->txn.decision == core::Decision::kNone &&
+            !wal::IsFinal(owner->txn.state)) {
+          owner->recovery_place = true;
+        } else {
+          self.ReleaseRecoveryPlace();
+        }
+        self.MaybeEvict(s, gid);  // it may have finished
       });
     }
-    observer_->OnRecovered(n);
+  }
+
+  // Gids loaded through Load while scanned transactions wait to resume.
+  void NoteLoadedDuringRecovery(const std::string& gid) {
+    if (!recovery_pending_.load()) return;
+    std::lock_guard<std::mutex> lock(recovery_mu_);
+    if (recovery_scanning_ || !recovery_queue_.empty() ||
+        recovery_posted_ > 0) {
+      recovery_loaded_.insert(gid);
+    }
+  }
+  // For a queued resumption as it runs: whether a request loaded the gid
+  // since the scan. The last one to run forgets every gid noted.
+  bool LoadedDuringRecovery(const std::string& gid) {
+    std::lock_guard<std::mutex> lock(recovery_mu_);
+    --recovery_posted_;
+    const bool loaded = recovery_loaded_.count(gid) > 0;
+    if (!recovery_scanning_ && recovery_queue_.empty() &&
+        recovery_posted_ == 0) {
+      recovery_loaded_.clear();
+      recovery_pending_ = false;
+    }
+    return loaded;
+  }
+
+  void ReleaseRecoveryPlace() {
+    {
+      std::lock_guard<std::mutex> lock(recovery_mu_);
+      --recovery_active_;
+    }
+    ResumeFromScan();
+  }
+
+  // An owner holding a recovery place gives it up once decided or dropped.
+  void MaybeReleaseRecoveryPlace(Owner& o) {
+    if (!o.recovery_place) return;
+    if (o.txn.decision == core::Decision::kNone && !o.txn.poisoned &&
+        !wal::IsFinal(o.txn.state)) {
+      return;
+    }
+    o.recovery_place = false;
+    ReleaseRecoveryPlace();
   }
 
   void OnRequest(size_t s, const std::string& gid, bool creates,
@@ -454,6 +550,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     if (o->unwritten->load() > 0) return;
     for (auto& [b, id] : o->retry_timers) clock_.Cancel(id);
     for (TimerId id : o->deadline_timers) clock_.Cancel(id);
+    if (o->recovery_place) {
+      o->recovery_place = false;
+      ReleaseRecoveryPlace();
+    }
     // Callers still waiting on a dropped owner learn it.
     auto callers = std::move(o->callers);
     shards_[s].owners.erase(gid);
@@ -574,6 +674,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
     if (auto* sig = std::get_if<core::SignalEffect>(&eff)) {
       observer_->OnSignal(gid, BranchId(o, sig->branch), *sig);
+      MaybeReleaseRecoveryPlace(o);
       if (sig->kind == core::SignalKind::kFinished) {
         observer_->OnFinished(gid, o.txn.state,
                               clock_.WallMs() - o.txn.registered_at_ms);
@@ -767,6 +868,15 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
   std::vector<Shard> shards_;
+  // Scanned transactions not resumed yet, and how many hold a place.
+  std::mutex recovery_mu_;
+  std::deque<wal::TxnLog> recovery_queue_;
+  size_t recovery_active_ = 0;
+  size_t recovery_posted_ = 0;  // resumptions posted and not yet run
+  bool recovery_scanning_ = false;
+  // Resumptions queued or posted: Load notes the gids it reads.
+  std::atomic<bool> recovery_pending_{false};
+  std::unordered_set<std::string> recovery_loaded_;
   std::atomic<uint64_t> epoch_{0};
   std::atomic<bool> halted_{false};
   std::atomic<RequestId> next_request_{1};

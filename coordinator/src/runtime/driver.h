@@ -99,6 +99,13 @@ struct DriverOptions {
   // Participant names a branch may use (DESIGN.md section 4: only configured
   // participants are called). Unset: any name.
   std::function<bool(const std::string&)> participant_known;
+  // At most this many transactions found by the recovery scan are resumed
+  // and undecided at once; the next is resumed as one is decided (Confirm or
+  // Cancel: a decided one's phase 2 needs no more than its retries). Without
+  // it a scan of 100,000 resumes all of them at once, and their Try answers
+  // alone can fill the WAL's queue (RESOURCE_EXHAUSTED fail-stops the
+  // owners whose appends it refused).
+  size_t recovery_window = 4096;
 };
 
 class Driver {

@@ -375,6 +375,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
     r.Integer("max_request_bytes", &c.limits.max_request_bytes, 1024,
               256LL * 1024 * 1024);
     r.Integer("max_in_flight", &c.limits.max_in_flight, 1, 100000000);
+    r.Integer("recovery_window", &c.limits.recovery_window, 1, 100000000);
     r.Integer("max_watch_streams", &c.limits.max_watch_streams, 0, 1000000);
     r.Integer("max_list_page", &c.limits.max_list_page, 1, 100000);
     r.Integer("client_requests_per_s", &c.limits.client_requests_per_s, 0,

@@ -115,6 +115,9 @@ struct LimitsConfig {
   uint64_t max_payload_bytes = 64 * 1024;    // one branch
   uint64_t max_request_bytes = 1024 * 1024;  // one gRPC message
   uint64_t max_in_flight = 100000;           // unfinished transactions
+  // Transactions found unfinished at start that are resumed and undecided
+  // at once (the rest wait their turn; requests may load any at any time).
+  uint32_t recovery_window = 4096;
   uint32_t max_watch_streams = 1000;
   uint32_t max_list_page = 1000;
   // Coordinator calls per second per client identity (mTLS certificate

@@ -482,7 +482,8 @@ void DriverBackend::OnRecovered(size_t resumed) {
   recovered_count_ = resumed;
   in_flight_ += static_cast<int64_t>(resumed);
   recovered_ = true;
-  spdlog::info("recovery: {} unfinished transactions resumed", resumed);
+  spdlog::info("recovery: {} unfinished transactions found, being resumed",
+               resumed);
   if (metrics_) {
     metrics_->SetRecovery(static_cast<int64_t>(resumed),
                           static_cast<int64_t>(resumed));

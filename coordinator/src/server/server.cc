@@ -100,6 +100,7 @@ runtime::DriverOptions DriverOptionsFrom(const Config& c) {
       1, c.retry.stuck_after_ms / std::max<int64_t>(1, c.retry.cap_ms)));
   o.breaker.failure_threshold = c.circuit_breaker.failure_threshold;
   o.breaker.open_ms = c.circuit_breaker.open_ms;
+  o.recovery_window = c.limits.recovery_window;
   // Per participant and phase: the config's bounds (each participant's
   // default bounds come from participant_defaults).
   for (const auto& [name, p] : c.participants) {
