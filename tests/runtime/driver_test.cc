@@ -724,4 +724,89 @@ TEST_CASE(
   h.CheckInvariants();
 }
 
+// A log that refuses chosen appends at once with RESOURCE_EXHAUSTED, as the
+// RocksDB log does when its queue is full (nothing written).
+class RefusingLog final : public wal::Log {
+ public:
+  explicit RefusingLog(wal::Log& inner) : inner_(inner) {}
+  void Append(wal::AppendRequest r, wal::AppendDone done) override {
+    if (refuse_.count(++appends_)) {
+      done(absl::ResourceExhaustedError("WAL: appends are waiting"));
+      return;
+    }
+    inner_.Append(std::move(r), std::move(done));
+  }
+  void PutApproval(wal::Approval a, wal::AppendDone done) override {
+    inner_.PutApproval(std::move(a), std::move(done));
+  }
+  absl::StatusOr<wal::TxnLog> Read(std::string_view gid) override {
+    return inner_.Read(gid);
+  }
+  absl::StatusOr<wal::Approval> ReadApproval(std::string_view id) override {
+    return inner_.ReadApproval(id);
+  }
+  absl::StatusOr<wal::ListPage> List(const wal::ListQuery& q) override {
+    return inner_.List(q);
+  }
+  absl::Status ScanUnfinished(
+      const std::function<absl::Status(wal::TxnLog)>& fn) override {
+    return inner_.ScanUnfinished(fn);
+  }
+  absl::StatusOr<uint64_t> TakeOwnerEpoch() override {
+    return inner_.TakeOwnerEpoch();
+  }
+  absl::Status RunRetention(int64_t now_ms) override {
+    return inner_.RunRetention(now_ms);
+  }
+  int64_t DedupHorizonMs() const override { return inner_.DedupHorizonMs(); }
+  wal::LogStats Stats() const override { return inner_.Stats(); }
+
+  std::set<int> refuse_;  // 1-based numbers of the appends to refuse
+  int appends_ = 0;
+
+ private:
+  wal::Log& inner_;
+};
+
+TEST_CASE(
+    "an append the WAL refuses for want of room stops the owner, and the "
+    "transaction is reloaded and finished without anyone touching it",
+    "[driver]") {
+  for (int refused : {1, 2, 3, 4}) {
+    INFO("refused append " << refused);
+    Harness h(2);
+    h.driver.reset();
+    RefusingLog refusing(h.log);
+    refusing.refuse_ = {refused};
+    h.driver = std::make_unique<Driver>(
+        h.options, std::vector<Executor*>{&h.exec, &h.exec, &h.exec}, h.clock,
+        h.transport, refusing, &h.observer);
+    REQUIRE(h.driver->Start().ok());
+    Result r = h.Submit(h.Spec("g1", 2));
+    REQUIRE(h.Wait(r));
+    // The caller may have been told UNAVAILABLE (its owner stopped); the
+    // transaction itself must still end, and end once.
+    if (!r->value().ok()) {
+      CHECK(r->value().status().code() == absl::StatusCode::kUnavailable);
+    }
+    if (refused == 1) {
+      // The registration itself: nothing was written, no Try left, and the
+      // caller (told UNAVAILABLE) must submit again.
+      CHECK_FALSE(r->value().ok());
+      h.Run([] { return false; }, 5'000);
+      CHECK(h.log.Read("g1").status().code() == absl::StatusCode::kNotFound);
+      for (const auto& [name, p] : h.parts) CHECK(p->records().empty());
+      h.driver.reset();
+      continue;
+    }
+    REQUIRE(h.Run([&] {
+      auto t = h.log.Read("g1");
+      return t.ok() && wal::IsFinal(t->summary.state);
+    }));
+    CHECK(h.StoredState("g1") == TxnState::kConfirmed);
+    h.CheckInvariants();
+    h.driver.reset();
+  }
+}
+
 }  // namespace tcc::runtime

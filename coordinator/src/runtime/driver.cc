@@ -83,6 +83,11 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         std::make_shared<std::atomic<bool>>(false);
     // Holds one of the recovery window's places until decided or dropped.
     bool recovery_place = false;
+    // The WAL refused an append for want of room (RESOURCE_EXHAUSTED: its
+    // queue was full, nothing was written). The core fail-stops the owner
+    // as for any failed append; once dropped it is loaded again from the
+    // WAL and resumed after a pause, as a request touching it would.
+    bool reload_when_dropped = false;
   };
   struct Shard {
     Executor* exec;
@@ -337,6 +342,32 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
+  // Loads `gid` from the WAL (resuming it) after 100-300 ms, unless
+  // something loaded it meanwhile.
+  void ScheduleReload(const std::string& gid) {
+    std::weak_ptr<Impl> weak = weak_from_this();
+    const int64_t delay =
+        100 + static_cast<int64_t>(200.0 * options_.uniform01());
+    clock_.Schedule(delay, [weak, gid] {
+      if (auto self = weak.lock()) {
+        self->OnShard(gid, [gid](Impl& me, size_t sh) {
+          wal::TxnSummary compact;
+          const wal::TxnSummary* summary = nullptr;
+          absl::StatusOr<Owner*> o = me.Load(sh, gid, &compact, &summary);
+          if (o.ok() && *o != nullptr) me.MaybeEvict(sh, gid);
+          if (!o.ok()) {
+            me.observer_->OnSignal(
+                gid, "",
+                core::SignalEffect{core::SignalKind::kAlert, -1,
+                                   absl::StrCat("reloading after a refused "
+                                                "WAL append: ",
+                                                o.status().ToString())});
+          }
+        });
+      }
+    });
+  }
+
   // Gids loaded through Load while scanned transactions wait to resume.
   void NoteLoadedDuringRecovery(const std::string& gid) {
     if (!recovery_pending_.load()) return;
@@ -554,6 +585,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       o->recovery_place = false;
       ReleaseRecoveryPlace();
     }
+    if (o->reload_when_dropped) ScheduleReload(gid);
     // Callers still waiting on a dropped owner learn it.
     auto callers = std::move(o->callers);
     shards_[s].owners.erase(gid);
@@ -603,6 +635,11 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
           self->OnShard(
               gid,
               [gid, seqs, st](Impl& me, size_t sh) {
+                if (st.code() == absl::StatusCode::kResourceExhausted) {
+                  if (Owner* ow = me.Find(sh, gid)) {
+                    ow->reload_when_dropped = true;
+                  }
+                }
                 for (const PersistSeq& p : seqs) {
                   if (!st.ok()) {
                     me.Feed(sh, gid, core::PersistFailedEvent{p.seq, st});
