@@ -102,7 +102,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     if (!epoch.ok()) return epoch.status();
     epoch_ = *epoch;
     std::weak_ptr<Impl> weak = weak_from_this();
-    shards_[0].exec->Post([weak] {
+    Executor* scan = options_.scan_executor != nullptr ? options_.scan_executor
+                                                       : shards_[0].exec;
+    scan->Post([weak] {
       if (auto self = weak.lock()) self->Scan();
     });
     return absl::OkStatus();

@@ -106,6 +106,10 @@ struct DriverOptions {
   // alone can fill the WAL's queue (RESOURCE_EXHAUSTED fail-stops the
   // owners whose appends it refused).
   size_t recovery_window = 4096;
+  // Where the recovery scan runs (it reads the whole WAL: seconds for
+  // 100,000 unfinished transactions). Null: the first shard, which then
+  // waits for it. Not owned; must outlive the driver.
+  Executor* scan_executor = nullptr;
 };
 
 class Driver {

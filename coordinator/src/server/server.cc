@@ -37,6 +37,8 @@ class Server::Impl {
   Config config_;
   std::unique_ptr<wal::RocksDbLog> log_;
   std::unique_ptr<AsioThreads> threads_;
+  std::unique_ptr<AsioThreads> scan_thread_;
+  std::unique_ptr<SerialExecutor> scan_executor_;
   std::unique_ptr<SystemClockRuntime> clock_;
   std::vector<std::unique_ptr<SerialExecutor>> shards_;
   std::unique_ptr<rpc::ParticipantClient> client_;
@@ -209,9 +211,16 @@ absl::Status Server::Impl::Start(const Config& config,
   instrumented_ =
       std::make_unique<InstrumentedTransport>(*transport_, *clock_, *metrics_);
   backend_ = std::make_unique<DriverBackend>(*log_, *clock_, metrics_.get());
-  driver_ = std::make_unique<runtime::Driver>(
-      DriverOptionsFrom(config), shard_ptrs, *clock_, *instrumented_, *log_,
-      backend_.get());
+  // The recovery scan gets a thread of its own: on a shard's it held that
+  // shard (and, with one pool thread per core, a core's share of every
+  // shard) for the seconds a large scan takes.
+  scan_thread_ = std::make_unique<AsioThreads>(1);
+  scan_executor_ = std::make_unique<SerialExecutor>(scan_thread_->context());
+  runtime::DriverOptions driver_options = DriverOptionsFrom(config);
+  driver_options.scan_executor = scan_executor_.get();
+  driver_ =
+      std::make_unique<runtime::Driver>(driver_options, shard_ptrs, *clock_,
+                                        *instrumented_, *log_, backend_.get());
   backend_->Attach(driver_.get());
   backend_->SetMaxInFlight(config.limits.max_in_flight);
   if (absl::Status s = driver_->Start(); !s.ok()) return s;
@@ -318,6 +327,7 @@ absl::Status Server::Impl::Stop() {
   // the io_context itself until the WAL's writer (which may still post
   // completions) is gone.
   if (threads_) threads_->Stop();
+  if (scan_thread_) scan_thread_->Stop();  // a running scan ends first
   // Participant calls still in flight would call back into the transport,
   // the metrics and the driver: cancel them and wait for their callbacks.
   if (client_) client_->Shutdown(5000);
@@ -326,6 +336,8 @@ absl::Status Server::Impl::Stop() {
   log_.reset();  // completes every queued append, then closes
   clock_.reset();
   shards_.clear();
+  scan_executor_.reset();
+  scan_thread_.reset();
   threads_.reset();
   metrics_endpoint_.reset();
   return failure;
