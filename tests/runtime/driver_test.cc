@@ -548,22 +548,12 @@ TEST_CASE(
 
 }  // namespace
 
-// A log whose buffered appends reach it only when released: what a reader
-// sees while the RocksDB log's writer still holds them in its queue.
-class DeferringLog final : public wal::Log {
+// A log that hands everything to another; subclasses change Append.
+class ForwardingLog : public wal::Log {
  public:
-  explicit DeferringLog(wal::Log& inner) : inner_(inner) {}
+  explicit ForwardingLog(wal::Log& inner) : inner_(inner) {}
   void Append(wal::AppendRequest r, wal::AppendDone done) override {
-    if (r.durability == wal::Durability::kBuffered && defer_) {
-      held_.emplace_back(std::move(r), std::move(done));
-      return;
-    }
     inner_.Append(std::move(r), std::move(done));
-  }
-  void Release() {
-    auto held = std::move(held_);
-    held_.clear();
-    for (auto& [r, d] : held) inner_.Append(std::move(r), std::move(d));
   }
   void PutApproval(wal::Approval a, wal::AppendDone done) override {
     inner_.PutApproval(std::move(a), std::move(done));
@@ -590,11 +580,30 @@ class DeferringLog final : public wal::Log {
   int64_t DedupHorizonMs() const override { return inner_.DedupHorizonMs(); }
   wal::LogStats Stats() const override { return inner_.Stats(); }
 
+ protected:
+  wal::Log& inner_;
+};
+
+// A log whose buffered appends reach it only when released: what a reader
+// sees while the RocksDB log's writer still holds them in its queue.
+class DeferringLog final : public ForwardingLog {
+ public:
+  using ForwardingLog::ForwardingLog;
+  void Append(wal::AppendRequest r, wal::AppendDone done) override {
+    if (r.durability == wal::Durability::kBuffered && defer_) {
+      held_.emplace_back(std::move(r), std::move(done));
+      return;
+    }
+    inner_.Append(std::move(r), std::move(done));
+  }
+  void Release() {
+    auto held = std::move(held_);
+    held_.clear();
+    for (auto& [r, d] : held) inner_.Append(std::move(r), std::move(d));
+  }
+
   bool defer_ = true;
   std::vector<std::pair<wal::AppendRequest, wal::AppendDone>> held_;
-
- private:
-  wal::Log& inner_;
 };
 
 TEST_CASE(
@@ -726,9 +735,9 @@ TEST_CASE(
 
 // A log that refuses chosen appends at once with RESOURCE_EXHAUSTED, as the
 // RocksDB log does when its queue is full (nothing written).
-class RefusingLog final : public wal::Log {
+class RefusingLog final : public ForwardingLog {
  public:
-  explicit RefusingLog(wal::Log& inner) : inner_(inner) {}
+  using ForwardingLog::ForwardingLog;
   void Append(wal::AppendRequest r, wal::AppendDone done) override {
     if (refuse_.count(++appends_)) {
       done(absl::ResourceExhaustedError("WAL: appends are waiting"));
@@ -736,36 +745,9 @@ class RefusingLog final : public wal::Log {
     }
     inner_.Append(std::move(r), std::move(done));
   }
-  void PutApproval(wal::Approval a, wal::AppendDone done) override {
-    inner_.PutApproval(std::move(a), std::move(done));
-  }
-  absl::StatusOr<wal::TxnLog> Read(std::string_view gid) override {
-    return inner_.Read(gid);
-  }
-  absl::StatusOr<wal::Approval> ReadApproval(std::string_view id) override {
-    return inner_.ReadApproval(id);
-  }
-  absl::StatusOr<wal::ListPage> List(const wal::ListQuery& q) override {
-    return inner_.List(q);
-  }
-  absl::Status ScanUnfinished(
-      const std::function<absl::Status(wal::TxnLog)>& fn) override {
-    return inner_.ScanUnfinished(fn);
-  }
-  absl::StatusOr<uint64_t> TakeOwnerEpoch() override {
-    return inner_.TakeOwnerEpoch();
-  }
-  absl::Status RunRetention(int64_t now_ms) override {
-    return inner_.RunRetention(now_ms);
-  }
-  int64_t DedupHorizonMs() const override { return inner_.DedupHorizonMs(); }
-  wal::LogStats Stats() const override { return inner_.Stats(); }
 
   std::set<int> refuse_;  // 1-based numbers of the appends to refuse
   int appends_ = 0;
-
- private:
-  wal::Log& inner_;
 };
 
 TEST_CASE(
