@@ -94,25 +94,39 @@ BatchAnswer RunBatchCall(Participant& participant, const v1::BatchCall& call) {
   return a;
 }
 
-// Fills `result` from an answer whose local transaction is durable.
-void FillBatchResult(const BatchAnswer& a, v1::BatchResult* result) {
-  if (a.is_query) {
-    if (!a.query.ok()) return SetError(a.query.status(), result);
-    v1::QueryResponse* q = result->mutable_query();
-    q->set_state(static_cast<v1::BarrierState>(a.query->state));
-    q->set_branch_hash(a.query->branch_hash);
-    q->set_authoritative(a.query->authoritative);
-    return;
-  }
-  if (!a.branch.ok()) return SetError(a.branch.status(), result);
+// The reply to a Try, Confirm or Cancel whose local transaction is durable,
+// or the call's error.
+absl::Status FillBranch(const absl::StatusOr<BarrierAnswer>& answer,
+                        v1::BranchResponse* resp) {
+  if (!answer.ok()) return answer.status();
   // The local transaction is durable; a crash here loses only the reply.
   if (absl::Status s = failpoint::Eval(kAfterCommitFailpoint); !s.ok()) {
-    return SetError(s, result);
+    return s;
   }
-  v1::BranchResponse* b = result->mutable_branch();
-  b->set_outcome(static_cast<v1::Outcome>(a.branch->outcome));
-  b->set_replayed(a.branch->replayed);
-  b->set_message(a.branch->message);
+  resp->set_outcome(static_cast<v1::Outcome>(answer->outcome));
+  resp->set_replayed(answer->replayed);
+  resp->set_message(answer->message);
+  return absl::OkStatus();
+}
+
+// The reply to a Query, or its error.
+absl::Status FillQuery(const absl::StatusOr<QueryAnswer>& answer,
+                       v1::QueryResponse* resp) {
+  if (!answer.ok()) return answer.status();
+  resp->set_state(static_cast<v1::BarrierState>(answer->state));
+  resp->set_branch_hash(answer->branch_hash);
+  resp->set_authoritative(answer->authoritative);
+  return absl::OkStatus();
+}
+
+// Fills `result` from an answer whose local transaction is durable.
+void FillBatchResult(const BatchAnswer& a, v1::BatchResult* result) {
+  absl::Status s = a.is_query ? FillQuery(a.query, result->mutable_query())
+                              : FillBranch(a.branch, result->mutable_branch());
+  if (!s.ok()) {
+    result->clear_reply();
+    SetError(s, result);
+  }
 }
 
 }  // namespace
@@ -135,13 +149,8 @@ class ParticipantServer::Service final : public v1::Participant::Service {
   }
   grpc::Status Query(grpc::ServerContext*, const v1::QueryRequest* req,
                      v1::QueryResponse* resp) override {
-    absl::StatusOr<QueryAnswer> answer =
-        participant_.Query(KeyFromProto(req->key()));
-    if (!answer.ok()) return ToGrpc(answer.status());
-    resp->set_state(static_cast<v1::BarrierState>(answer->state));
-    resp->set_branch_hash(answer->branch_hash);
-    resp->set_authoritative(answer->authoritative);
-    return grpc::Status::OK;
+    return ToGrpc(
+        FillQuery(participant_.Query(KeyFromProto(req->key())), resp));
   }
   // Each call commits on its own here (the store does not group commits).
   grpc::Status Batch(grpc::ServerContext*, const v1::BatchRequest* req,
@@ -154,17 +163,9 @@ class ParticipantServer::Service final : public v1::Participant::Service {
   }
 
  private:
-  grpc::Status Reply(const absl::StatusOr<BarrierAnswer>& answer,
-                     v1::BranchResponse* resp) {
-    if (!answer.ok()) return ToGrpc(answer.status());
-    // The local transaction is durable; a crash here loses only the reply.
-    if (absl::Status s = failpoint::Eval(kAfterCommitFailpoint); !s.ok()) {
-      return ToGrpc(s);
-    }
-    resp->set_outcome(static_cast<v1::Outcome>(answer->outcome));
-    resp->set_replayed(answer->replayed);
-    resp->set_message(answer->message);
-    return grpc::Status::OK;
+  static grpc::Status Reply(const absl::StatusOr<BarrierAnswer>& answer,
+                            v1::BranchResponse* resp) {
+    return ToGrpc(FillBranch(answer, resp));
   }
 
   Participant& participant_;
@@ -206,11 +207,7 @@ class ParticipantServer::GroupCommitService final
     store_.WhenDurable(
         [reactor, resp, answer = std::move(answer)](absl::Status durable) {
           if (!durable.ok()) return reactor->Finish(ToGrpc(Unknown(durable)));
-          if (!answer.ok()) return reactor->Finish(ToGrpc(answer.status()));
-          resp->set_state(static_cast<v1::BarrierState>(answer->state));
-          resp->set_branch_hash(answer->branch_hash);
-          resp->set_authoritative(answer->authoritative);
-          reactor->Finish(grpc::Status::OK);
+          reactor->Finish(ToGrpc(FillQuery(answer, resp)));
         });
     return reactor;
   }
@@ -252,19 +249,11 @@ class ParticipantServer::GroupCommitService final
                                   absl::StatusOr<BarrierAnswer> answer,
                                   v1::BranchResponse* resp) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    store_.WhenDurable([reactor, resp,
-                        answer = std::move(answer)](absl::Status durable) {
-      if (!durable.ok()) return reactor->Finish(ToGrpc(Unknown(durable)));
-      if (!answer.ok()) return reactor->Finish(ToGrpc(answer.status()));
-      // The local transaction is durable; a crash here loses only the reply.
-      if (absl::Status s = failpoint::Eval(kAfterCommitFailpoint); !s.ok()) {
-        return reactor->Finish(ToGrpc(s));
-      }
-      resp->set_outcome(static_cast<v1::Outcome>(answer->outcome));
-      resp->set_replayed(answer->replayed);
-      resp->set_message(answer->message);
-      reactor->Finish(grpc::Status::OK);
-    });
+    store_.WhenDurable(
+        [reactor, resp, answer = std::move(answer)](absl::Status durable) {
+          if (!durable.ok()) return reactor->Finish(ToGrpc(Unknown(durable)));
+          reactor->Finish(ToGrpc(FillBranch(answer, resp)));
+        });
     return reactor;
   }
 
