@@ -54,6 +54,7 @@ TEST_CASE("metrics are served at /metrics with bounded labels") {
   metrics.SetRecovery(3, 10);
   metrics.SetBreakerState("bank-a", 2);
   metrics.Alert("protocol_violation");
+  metrics.SetParticipantRpcTotals(7, 3, 40, 1);
 
   const std::string body = HttpGet((*endpoint)->port(), "/metrics");
   CHECK(body.find("200 OK") != std::string::npos);
@@ -69,6 +70,10 @@ TEST_CASE("metrics are served at /metrics with bounded labels") {
   CHECK(body.find("tccd_recovery_transactions{progress=\"done\"} 3") !=
         std::string::npos);
   CHECK(body.find("tccd_wal_group_size_count 1") != std::string::npos);
+  CHECK(body.find("tccd_participant_rpcs{kind=\"batch\"} 3") !=
+        std::string::npos);
+  CHECK(body.find("tccd_participant_rpcs{kind=\"batched_calls\"} 40") !=
+        std::string::npos);
   CHECK(body.find("gid") == std::string::npos);
 }
 

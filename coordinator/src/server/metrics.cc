@@ -88,6 +88,13 @@ CoordinatorMetrics::CoordinatorMetrics(
               .Name("tccd_wal_synced_appends")
               .Help("Durable WAL appends completed since start (sampled)")
               .Register(*registry_)),
+      participant_rpcs_(
+          BuildGauge()
+              .Name("tccd_participant_rpcs")
+              .Help("Participant gRPC calls since start (sampled): "
+                    "kind=single|batch, batched_calls (the calls batches "
+                    "carried), batch_fallbacks (participants without Batch)")
+              .Register(*registry_)),
       recovery_(BuildGauge()
                     .Name("tccd_recovery_transactions")
                     .Help("Recovery progress: total found, done")
@@ -161,6 +168,18 @@ void CoordinatorMetrics::WalSync(double latency_seconds, int64_t group_size) {
 void CoordinatorMetrics::SetWalTotals(uint64_t syncs, uint64_t synced_appends) {
   wal_syncs_.Add({}).Set(static_cast<double>(syncs));
   wal_synced_appends_.Add({}).Set(static_cast<double>(synced_appends));
+}
+
+void CoordinatorMetrics::SetParticipantRpcTotals(int64_t single,
+                                                 int64_t batches,
+                                                 int64_t batched_calls,
+                                                 int64_t fallbacks) {
+  participant_rpcs_.Add({{"kind", "single"}}).Set(static_cast<double>(single));
+  participant_rpcs_.Add({{"kind", "batch"}}).Set(static_cast<double>(batches));
+  participant_rpcs_.Add({{"kind", "batched_calls"}})
+      .Set(static_cast<double>(batched_calls));
+  participant_rpcs_.Add({{"kind", "batch_fallbacks"}})
+      .Set(static_cast<double>(fallbacks));
 }
 
 void CoordinatorMetrics::SetRecovery(int64_t done, int64_t total) {

@@ -52,6 +52,11 @@ class CoordinatorMetrics {
   // the durable appends they completed since start (their ratio over an
   // interval is the mean group-commit size).
   void SetWalTotals(uint64_t syncs, uint64_t synced_appends);
+  // Sampled from the participant transport: gRPC calls sent alone and as
+  // Batch calls, the calls those batches carried, and participants found
+  // without Batch, since start.
+  void SetParticipantRpcTotals(int64_t single, int64_t batches,
+                               int64_t batched_calls, int64_t fallbacks);
   void SetRecovery(int64_t done, int64_t total);
   // 0 closed, 1 half-open, 2 open.
   void SetBreakerState(const std::string& participant, int state);
@@ -74,6 +79,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Histogram>& wal_group_;
   prometheus::Family<prometheus::Gauge>& wal_syncs_;
   prometheus::Family<prometheus::Gauge>& wal_synced_appends_;
+  prometheus::Family<prometheus::Gauge>& participant_rpcs_;
   prometheus::Family<prometheus::Gauge>& recovery_;
   prometheus::Family<prometheus::Gauge>& breaker_;
   prometheus::Family<prometheus::Counter>& alerts_;

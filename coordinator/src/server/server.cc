@@ -290,13 +290,18 @@ absl::Status Server::Impl::Start(const Config& config,
 }
 
 // The WAL counts its syncs and unfinished transactions itself (no callback
-// per sync): every 250 ms its counters go to /metrics and the exact
+// per sync), the transport its gRPC calls: every 250 ms their counters go to
+// /metrics and the exact
 // unfinished count resets the backend's in-flight count (so it cannot drift).
 void Server::Impl::ScheduleWalStats() {
   clock_->Schedule(250, [this] {
     if (stopped_) return;
     const wal::LogStats stats = log_->Stats();
     metrics_->SetWalTotals(stats.syncs, stats.synced_appends);
+    const rpc::GrpcTransport::Stats calls = transport_->stats();
+    metrics_->SetParticipantRpcTotals(calls.single_calls, calls.batches,
+                                      calls.batched_calls,
+                                      calls.batch_fallbacks);
     backend_->ReconcileInFlight(stats.unfinished);
     ScheduleWalStats();
   });
