@@ -768,18 +768,19 @@ TEST_CASE(
     REQUIRE(h.Wait(r));
     // The caller may have been told UNAVAILABLE (its owner stopped); the
     // transaction itself must still end, and end once.
-    if (!r->value().ok()) {
-      CHECK(r->value().status().code() == absl::StatusCode::kUnavailable);
-    }
     if (refused == 1) {
       // The registration itself: nothing was written, no Try left, and the
-      // caller (told UNAVAILABLE) must submit again.
-      CHECK_FALSE(r->value().ok());
+      // caller is told so (RESOURCE_EXHAUSTED: submit again).
+      REQUIRE_FALSE(r->value().ok());
+      CHECK(r->value().status().code() == absl::StatusCode::kResourceExhausted);
       h.Run([] { return false; }, 5'000);
       CHECK(h.log.Read("g1").status().code() == absl::StatusCode::kNotFound);
       for (const auto& [name, p] : h.parts) CHECK(p->records().empty());
       h.driver.reset();
       continue;
+    }
+    if (!r->value().ok()) {
+      CHECK(r->value().status().code() == absl::StatusCode::kUnavailable);
     }
     REQUIRE(h.Run([&] {
       auto t = h.log.Read("g1");

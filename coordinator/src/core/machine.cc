@@ -1081,12 +1081,21 @@ absl::Status Stepper::On(const PersistFailedEvent& e) {
   // Fail-stop: the log is stopped; this owner must be dropped and the
   // transaction recovered from what the log kept.
   t_.poisoned = true;
-  for (const auto& w : t_.waiters) {
-    Answer(w.request,
-           absl::UnavailableError(
-               absl::StrCat("the WAL failed: ", StatusText(e.status))),
-           false, -1);
-  }
+  // A registration the WAL refused for want of room left nothing behind:
+  // the caller may submit again (same gid). Any other failure leaves the
+  // outcome unknown to the caller.
+  const bool nothing_written =
+      it != t_.pending.end() && it->purpose == PersistPurpose::kRegistered &&
+      e.status.code() == absl::StatusCode::kResourceExhausted;
+  const absl::Status answer =
+      nothing_written
+          ? absl::ResourceExhaustedError(absl::StrCat(
+                "the WAL is busy, nothing was written: submit again (same "
+                "gid): ",
+                StatusText(e.status)))
+          : absl::UnavailableError(
+                absl::StrCat("the WAL failed: ", StatusText(e.status)));
+  for (const auto& w : t_.waiters) Answer(w.request, answer, false, -1);
   t_.waiters.clear();
   Signal(SignalKind::kAlert, -1,
          absl::StrCat("WAL append failed: ", StatusText(e.status)));
