@@ -1,11 +1,14 @@
-// What integration tests share: status checks for Catch2 and temp dirs that
-// go away with the test (kept when TCC_KEEP_TEST_DIRS is set, to read logs).
+// What integration tests share: status checks for Catch2, temp dirs that go
+// away with the test (kept when TCC_KEEP_TEST_DIRS is set, to read logs), and
+// reading a file whole.
 #pragma once
 
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/status/status.h"
@@ -43,5 +46,13 @@ struct Cleanup {
     std::filesystem::remove_all(dir, ec);
   }
 };
+
+// The whole contents of `path` ("" if it cannot be read).
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 }  // namespace tcc::harness

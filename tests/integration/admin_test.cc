@@ -33,6 +33,7 @@ std::string TempDir(const std::string& name) {
 }
 
 using tcc::harness::Cleanup;
+using tcc::harness::ReadFile;
 
 std::string WriteTokens(const std::string& dir, mode_t mode = 0600) {
   const std::string path = dir + "/admin-tokens";
@@ -183,13 +184,6 @@ int64_t BalanceOf(BankCluster& c, const std::string& bank, uint32_t account) {
   auto a = c.Account(bank, account);
   REQUIRE(a.ok());
   return a->balance();
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ namespace v1 = tcc::v1;
 using tcc::harness::BankCluster;
 using tcc::harness::CertFiles;
 using tcc::harness::ClusterOptions;
+using tcc::harness::ReadFile;
 using tcc::harness::TestPki;
 
 std::string TempDir(const std::string& name) {
@@ -47,13 +48,6 @@ ClusterOptions TlsOptions(const std::string& dir,
   o.tls.enabled = true;
   o.tls.listener_mode = listener_mode;
   return o;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // TLS trusting `ca_file`, presenting `cert` when it has files.

@@ -16,33 +16,21 @@
 #include "tcc/participant/participant_server.h"
 #include "tcc/v1/participant.grpc.pb.h"
 #include "test_certs.h"
+#include "test_dirs.h"
 
 namespace tcc::testing {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using harness::ReadFile;
 
 struct Fixture {
   Fixture()
       : clock(1'000'000),
         participant(store, clock, {.name = "p", .barrier = {}}) {
-    std::string tmpl = std::filesystem::temp_directory_path().string() +
-                       "/tcc-participant-tls-XXXXXX";
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    dir = tmpl;
     auto made = harness::MakeTestPki(dir);
     INFO(made.status().ToString());
     REQUIRE(made.ok());
     pki = std::make_unique<harness::TestPki>(*made);
-  }
-  ~Fixture() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
   }
 
   // Query over a channel with these credentials.
@@ -72,7 +60,8 @@ struct Fixture {
     return grpc::SslCredentials(o);
   }
 
-  std::string dir;
+  std::string dir = harness::MakeTempDir("tcc-participant-tls");
+  harness::Cleanup cleanup{dir};
   std::unique_ptr<harness::TestPki> pki;
   barrier::MemoryBarrierStore store;
   clock::ManualClock clock;

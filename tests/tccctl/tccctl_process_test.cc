@@ -25,13 +25,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "tcc/v1/admin.pb.h"
-
-#define CHECK_OK(expr)              \
-  do {                              \
-    const absl::Status s_ = (expr); \
-    INFO(s_.ToString());            \
-    CHECK(s_.ok());                 \
-  } while (0)
+#include "test_dirs.h"
 
 namespace {
 
@@ -39,20 +33,7 @@ namespace v1 = tcc::v1;
 using tcc::harness::BankCluster;
 using tcc::harness::ClusterOptions;
 using Clock = std::chrono::steady_clock;
-
-std::string TempDir(const std::string& name) {
-  std::string tmpl = std::filesystem::temp_directory_path().string() +
-                     "/tccctl-it-" + name + "-XXXXXX";
-  REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-  return tmpl;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
+using tcc::harness::ReadFile;
 
 void WriteFile(const std::string& path, const std::string& contents,
                mode_t mode) {
@@ -132,7 +113,7 @@ class Ctl {
     }
   }
 
-  std::string Stdout() const { return ReadAll(out_path_); }
+  std::string Stdout() const { return ReadFile(out_path_); }
 
   // Waits up to `timeout_ms` for it to end (then kills it: exit_code -1).
   CtlResult Wait(int64_t timeout_ms = 20000) {
@@ -153,8 +134,8 @@ class Ctl {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     pid_ = -1;
-    r.out = ReadAll(out_path_);
-    r.err = ReadAll(err_path_);
+    r.out = ReadFile(out_path_);
+    r.err = ReadFile(err_path_);
     return r;
   }
 
@@ -191,11 +172,9 @@ bool Contains(const std::string& text, const std::string& part) {
 // that holds it throws.
 struct OwnedDir {
   std::string path;
-  explicit OwnedDir(const std::string& name) : path(TempDir(name)) {}
-  ~OwnedDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
+  tcc::harness::Cleanup cleanup;
+  explicit OwnedDir(const std::string& name)
+      : path(tcc::harness::MakeTempDir("tccctl-it-" + name)), cleanup{path} {}
 };
 
 struct Fixture {
