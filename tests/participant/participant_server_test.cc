@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "barrier/barrier_harness.h"
+#include "participant/served_participant.h"
 #include "prometheus/registry.h"
 #include "tcc/failpoint/failpoint.h"
 #include "tcc/v1/participant.grpc.pb.h"
@@ -17,37 +18,10 @@
 namespace tcc::testing {
 namespace {
 
-struct ServerUnderTest {
+struct ServerUnderTest : ServedParticipant<RocksDbEnv> {
   ServerUnderTest()
-      : clock(kT0),
-        participant(env.store(), clock,
-                    {.name = "test-participant",
-                     .barrier = {.clock_skew_ms = kSkewMs}}) {
-    REQUIRE(
-        participant
-            .AddAction("reserve", {.on_try = rec.TryHandler(),
-                                   .on_confirm = rec.PhaseTwoHandler("confirm"),
-                                   .on_cancel = rec.PhaseTwoHandler("cancel")})
-            .ok());
-    REQUIRE(
-        participant
-            .AddAction("refuse", {.on_try = rec.TryHandler({.refuse = true}),
-                                  .on_confirm = rec.PhaseTwoHandler("confirm"),
-                                  .on_cancel = rec.PhaseTwoHandler("cancel")})
-            .ok());
-    server = std::make_unique<participant::ParticipantServer>(participant);
-    REQUIRE(server->Start().ok());
-    REQUIRE(server->port() > 0);
-    stub = v1::Participant::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(server->port()),
-                            grpc::InsecureChannelCredentials()));
-  }
-
-  RocksDbEnv env;
-  clock::ManualClock clock;
-  Recorder rec;
-  participant::Participant participant;
-  std::unique_ptr<participant::ParticipantServer> server;
+      : stub(v1::Participant::NewStub(grpc::CreateChannel(
+            address(), grpc::InsecureChannelCredentials()))) {}
   std::unique_ptr<v1::Participant::Stub> stub;
 };
 

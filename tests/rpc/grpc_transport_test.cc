@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "barrier/barrier_harness.h"
+#include "participant/served_participant.h"
 #include "tcc/identity/content_hash.h"
 #include "tcc/participant/participant_server.h"
 #include "tcc/v1/participant.grpc.pb.h"
@@ -56,38 +57,10 @@ struct CallbackQueueKeeper {
 };
 const CallbackQueueKeeper keeper;
 
-// The SDK's participant server on `Env`'s store, with action "reserve"
-// (accepts) and "refuse" (rejects every Try).
+// The SDK's participant server on `Env`'s store, named "p".
 template <typename Env>
-struct Participant {
-  Participant()
-      : clock(kT0),
-        participant(env.store(), clock,
-                    {.name = "p", .barrier = {.clock_skew_ms = kSkewMs}}) {
-    REQUIRE(
-        participant
-            .AddAction("reserve", {.on_try = rec.TryHandler(),
-                                   .on_confirm = rec.PhaseTwoHandler("confirm"),
-                                   .on_cancel = rec.PhaseTwoHandler("cancel")})
-            .ok());
-    REQUIRE(
-        participant
-            .AddAction("refuse", {.on_try = rec.TryHandler({.refuse = true}),
-                                  .on_confirm = rec.PhaseTwoHandler("confirm"),
-                                  .on_cancel = rec.PhaseTwoHandler("cancel")})
-            .ok());
-    server = std::make_unique<participant::ParticipantServer>(participant);
-    REQUIRE(server->Start().ok());
-  }
-  std::string address() const {
-    return "127.0.0.1:" + std::to_string(server->port());
-  }
-
-  Env env;
-  clock::ManualClock clock;
-  Recorder rec;
-  participant::Participant participant;
-  std::unique_ptr<participant::ParticipantServer> server;
+struct Participant : ServedParticipant<Env> {
+  Participant() : ServedParticipant<Env>("p") {}
 };
 
 // Collects answers from gRPC threads; Wait blocks until `n` arrived.
