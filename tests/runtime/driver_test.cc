@@ -4,6 +4,7 @@
 #include "runtime/driver.h"
 
 #include <catch2/catch.hpp>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -733,6 +734,63 @@ TEST_CASE(
   h.CheckInvariants();
 }
 
+TEST_CASE(
+    "after a crash with every Try run but unanswered, recovery learns each "
+    "outcome by asking and confirms without running a Try again",
+    "[driver][crash]") {
+  Harness h(2);
+  // 20 transactions whose Trys reach the participants and run there, while
+  // their answers are lost (the failpoint drops them), then a crash.
+  REQUIRE(failpoint::Configure("driver.drop_try_reply=error").ok());
+  std::vector<Result> accepted;
+  for (int i = 0; i < 20; ++i) {
+    accepted.push_back(
+        h.Submit(h.Spec("u" + std::to_string(i), 2, core::WaitFor::kAccepted)));
+  }
+  auto tried = [&] {
+    size_t n = 0;
+    for (const auto& [name, p] : h.parts) {
+      for (const auto& [key, rec] : p->records()) {
+        n += rec.try_state == core::BarrierState::kTried;
+      }
+    }
+    return n;
+  };
+  REQUIRE(h.Run([&] {
+    return tried() == 40 && failpoint::Hits("driver.drop_try_reply") == 40;
+  }));
+  for (const Result& r : accepted) REQUIRE(r->value().ok());
+  for (int i = 0; i < 20; ++i) {
+    CHECK(h.StoredState("u" + std::to_string(i)) == TxnState::kTrying);
+  }
+  REQUIRE(failpoint::Configure("").ok());
+  WindowObserver seen;
+  h.driver.reset();
+  h.exec.Clear();
+  h.log.Crash(0);
+  h.driver = std::make_unique<Driver>(
+      h.options, std::vector<Executor*>{&h.exec, &h.exec, &h.exec}, h.clock,
+      h.transport, h.log, &seen);
+  REQUIRE(h.driver->Start().ok());
+  REQUIRE(h.Run([&] {
+    for (int i = 0; i < 20; ++i) {
+      if (!wal::IsFinal(h.StoredState("u" + std::to_string(i)))) return false;
+    }
+    return true;
+  }));
+  for (int i = 0; i < 20; ++i) {
+    CHECK(h.StoredState("u" + std::to_string(i)) == TxnState::kConfirmed);
+  }
+  CHECK(seen.queried.size() == 20);
+  for (const auto& [name, p] : h.parts) {
+    for (const auto& [key, rec] : p->records()) {
+      CHECK(rec.try_runs == 1);
+      CHECK(rec.confirm_runs == 1);
+    }
+  }
+  h.CheckInvariants();
+}
+
 // A log that refuses chosen appends at once with RESOURCE_EXHAUSTED, as the
 // RocksDB log does when its queue is full (nothing written).
 class RefusingLog final : public ForwardingLog {
@@ -790,6 +848,140 @@ TEST_CASE(
     h.CheckInvariants();
     h.driver.reset();
   }
+}
+
+// A log that holds every append from the `hold_from_`th on, until the test
+// refuses them all at once: several appends of one owner refused together,
+// as when the RocksDB log's queue is full.
+class HoldingLog final : public ForwardingLog {
+ public:
+  using ForwardingLog::ForwardingLog;
+  void Append(wal::AppendRequest r, wal::AppendDone done) override {
+    if (++appends_ >= hold_from_) {
+      held_.push_back(std::move(done));
+      return;
+    }
+    inner_.Append(std::move(r), std::move(done));
+  }
+  // Refuses the oldest append held (RESOURCE_EXHAUSTED), and holds nothing
+  // more.
+  void RefuseOne() {
+    hold_from_ = std::numeric_limits<int>::max();
+    wal::AppendDone done = std::move(held_.front());
+    held_.erase(held_.begin());
+    done(absl::ResourceExhaustedError("WAL: appends are waiting"));
+  }
+
+  int hold_from_ = std::numeric_limits<int>::max();
+  int appends_ = 0;
+  std::vector<wal::AppendDone> held_;
+};
+
+TEST_CASE(
+    "an owner whose appends are refused while more of its appends are still "
+    "in flight is dropped after the last one, then reloaded and finished",
+    "[driver]") {
+  Harness h(2);
+  h.driver.reset();
+  HoldingLog holding(h.log);
+  holding.hold_from_ = 2;  // the registration goes through
+  h.driver = std::make_unique<Driver>(
+      h.options, std::vector<Executor*>{&h.exec, &h.exec, &h.exec}, h.clock,
+      h.transport, holding, &h.observer);
+  REQUIRE(h.driver->Start().ok());
+  Result r = h.Submit(h.Spec("g1", 2));
+  // Both Try answers' appends are held (two appends of one owner in flight).
+  REQUIRE(h.Run([&] { return holding.held_.size() >= 2; }));
+  // The first refusal stops the owner while the second append is still in
+  // flight; the second refusal comes after.
+  holding.RefuseOne();
+  h.Run([] { return false; }, 50);
+  while (!holding.held_.empty()) {
+    holding.RefuseOne();
+    h.Run([] { return false; }, 50);
+  }
+  REQUIRE(h.Run([&] {
+    auto t = h.log.Read("g1");
+    return t.ok() && wal::IsFinal(t->summary.state);
+  }));
+  CHECK(h.StoredState("g1") == TxnState::kConfirmed);
+  h.CheckInvariants();
+  h.driver.reset();
+}
+
+// A log that holds durable appends while `hold_` is set: a WAL whose syncs
+// are slow.
+class SlowSyncLog final : public ForwardingLog {
+ public:
+  using ForwardingLog::ForwardingLog;
+  void Append(wal::AppendRequest r, wal::AppendDone done) override {
+    if (hold_ && r.durability == wal::Durability::kDurable) {
+      held_.emplace_back(std::move(r), std::move(done));
+      return;
+    }
+    inner_.Append(std::move(r), std::move(done));
+  }
+  void Release() {
+    hold_ = false;
+    auto held = std::move(held_);
+    held_.clear();
+    for (auto& [r, d] : held) inner_.Append(std::move(r), std::move(d));
+  }
+
+  bool hold_ = true;
+  std::vector<std::pair<wal::AppendRequest, wal::AppendDone>> held_;
+};
+
+TEST_CASE(
+    "recovery counts its window on durable decisions: a slow WAL lets no "
+    "more transactions in",
+    "[driver][crash]") {
+  DriverOptions o;
+  o.recovery_window = 3;
+  Harness h(2, o);
+  REQUIRE(failpoint::Configure("driver.before_try_send=error").ok());
+  std::vector<Result> accepted;
+  for (int i = 0; i < 20; ++i) {
+    core::SubmitSpec spec =
+        h.Spec("s" + std::to_string(i), 2, core::WaitFor::kAccepted);
+    spec.try_timeout_ms = 120'000;  // outlasts the slow disk below
+    accepted.push_back(h.Submit(std::move(spec)));
+  }
+  REQUIRE(h.Run([&] {
+    for (const Result& r : accepted) {
+      if (!r->has_value()) return false;
+    }
+    return true;
+  }));
+  REQUIRE(failpoint::Configure("").ok());
+  h.driver.reset();
+  h.exec.Clear();
+  h.log.Crash(0);
+  SlowSyncLog slow(h.log);
+  WindowObserver window;
+  h.driver = std::make_unique<Driver>(
+      o, std::vector<Executor*>{&h.exec, &h.exec, &h.exec}, h.clock,
+      h.transport, slow, &window);
+  REQUIRE(h.driver->Start().ok());
+  // Three are resumed and decided, their decisions wait for the disk: no
+  // fourth is resumed meanwhile.
+  REQUIRE(h.Run([&] { return slow.held_.size() == 3; }));
+  h.Run([] { return false; }, 5'000);
+  CHECK(slow.held_.size() == 3);
+  CHECK(window.queried.size() == 3);
+  slow.Release();
+  REQUIRE(h.Run([&] {
+    for (int i = 0; i < 20; ++i) {
+      if (!wal::IsFinal(h.StoredState("s" + std::to_string(i)))) return false;
+    }
+    return true;
+  }));
+  for (int i = 0; i < 20; ++i) {
+    CHECK(h.StoredState("s" + std::to_string(i)) == TxnState::kConfirmed);
+  }
+  CHECK(window.queried.size() == 20);
+  h.driver.reset();
+  h.CheckInvariants();
 }
 
 }  // namespace tcc::runtime

@@ -333,8 +333,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         }
         Owner* owner = self.Find(s, gid);
         if (owner != nullptr && !owner->txn.poisoned &&
-            owner->txn.decision == core::Decision::kNone &&
-            !wal::IsFinal(owner->txn.state)) {
+            !owner->txn.decision_durable && !wal::IsFinal(owner->txn.state)) {
           owner->recovery_place = true;
         } else {
           self.ReleaseRecoveryPlace();
@@ -401,10 +400,13 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     ResumeFromScan();
   }
 
-  // An owner holding a recovery place gives it up once decided or dropped.
+  // An owner holding a recovery place gives it up once its decision is
+  // durable (not merely made: while the WAL is slow, decided transactions
+  // would otherwise let more in, each with appends to queue), or once it is
+  // dropped.
   void MaybeReleaseRecoveryPlace(Owner& o) {
     if (!o.recovery_place) return;
-    if (o.txn.decision == core::Decision::kNone && !o.txn.poisoned &&
+    if (!o.txn.decision_durable && !o.txn.poisoned &&
         !wal::IsFinal(o.txn.state)) {
       return;
     }
@@ -514,7 +516,12 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     if (o == nullptr) return absl::NotFoundError("owner gone");
     core::StepResult r =
         core::Step(o->txn, event, clock_.WallMs(), options_.core);
-    if (!r.status.ok()) return r.status;
+    if (!r.status.ok()) {
+      // A stopped owner refuses every event; the completion of its last
+      // append in flight is the one that lets it go (and be reloaded).
+      MaybeEvict(s, gid);
+      return r.status;
+    }
     // One WAL append per step: the records of every persist effect of the
     // step go, in order, with the step's first persist (durable if any of
     // them is). Writing a record earlier than its place among the other
@@ -551,6 +558,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       Run(s, gid, *o, eff);
     }
     if (!r.effects.empty()) observer_->OnStepped(gid, o->txn);
+    MaybeReleaseRecoveryPlace(*o);
     MaybeEvict(s, gid);
     return absl::OkStatus();
   }
@@ -811,6 +819,14 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         call, timeout,
         [weak, gid, c, participant, kind,
          start](absl::StatusOr<BranchAnswer> a) {
+          // Recovery drills: `driver.drop_try_reply=error` loses every Try's
+          // answer (the Try ran; tccd never learns how), as if tccd had
+          // crashed with the Try in flight. Off unless TCC_FAILPOINTS names
+          // it.
+          if (c.phase == wal::Phase::kTry &&
+              !failpoint::Eval("driver.drop_try_reply").ok()) {
+            return;
+          }
           auto self = weak.lock();
           if (!self) return;
           self->OnShard(

@@ -100,11 +100,13 @@ struct DriverOptions {
   // participants are called). Unset: any name.
   std::function<bool(const std::string&)> participant_known;
   // At most this many transactions found by the recovery scan are resumed
-  // and undecided at once; the next is resumed as one is decided (Confirm or
-  // Cancel: a decided one's phase 2 needs no more than its retries). Without
-  // it a scan of 100,000 resumes all of them at once, and their Try answers
-  // alone can fill the WAL's queue (RESOURCE_EXHAUSTED fail-stops the
-  // owners whose appends it refused).
+  // and not yet durably decided at once; the next is resumed as a decision
+  // (Confirm or Cancel) becomes durable: a decided one's phase 2 needs no
+  // more than its retries. Without it a scan of 100,000 resumes all of them
+  // at once, and their Try answers alone can fill the WAL's queue
+  // (RESOURCE_EXHAUSTED stops the owners whose appends it refused); counted
+  // on decisions merely made, a slow WAL would let more in while their
+  // decisions wait in its queue.
   size_t recovery_window = 4096;
   // Where the recovery scan runs (it reads the whole WAL: seconds for
   // 100,000 unfinished transactions). Null: the first shard, which then
