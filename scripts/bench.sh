@@ -22,7 +22,7 @@
 #   --duration-s N     measured seconds per run (default 10)
 #   --warmup-s N       warm-up seconds per run (default 2)
 #   --recovery-count N transactions left for recovery (default 100000)
-#   --only-recovery    only the recovery measurement (with the tccd stack)
+#   --only-recovery    only the two recovery measurements (with the tccd stack)
 #   --tccd-config FILE tccd's configuration (default config/tccd.yaml)
 #
 # Everything runs on 127.0.0.1 with ports picked by the OS; every process
@@ -187,6 +187,12 @@ metric_sum() {
   curl -s --max-time 5 "$1" 2>/dev/null |
     awk -v p="$2" 'index($1, p) == 1 { v += $2 } END { printf "%.0f\n", v + 0 }'
 }
+# metric_match URL NAME TEXT: the sum of every series of metric NAME whose
+# labels contain TEXT (e.g. 'phase="try"').
+metric_match() {
+  curl -s --max-time 5 "$1" 2>/dev/null |
+    awk -v n="$2" -v t="$3" 'index($1, n "{") == 1 && index($1, t) > 0 { v += $2 } END { printf "%.0f\n", v + 0 }'
+}
 now_s() { date +%s.%N; }
 # cpu_s PID: the CPU seconds (user + system) PID has used so far (0 if gone).
 cpu_s() {
@@ -194,18 +200,35 @@ cpu_s() {
     "/proc/$1/stat" 2>/dev/null || echo 0
 }
 
-# Recovery: 100,000 transactions registered durably and left in TRYING. tccd
-# runs with failpoint driver.before_try_send=error (each Try stays in the
-# process, as if it crashed right after the registration was durable) and
-# limits.max_in_flight raised; tcc-bench --register submits them with
-# wait_for ACCEPTED (try-deadline 10 minutes, so recovery has time to send
-# them); then tccd is killed (SIGKILL) and restarted without the failpoint,
-# and the time from its start until all of them are final (its
-# tccd_transactions_total{event=confirmed|cancelled} reach the count) gives
-# transactions/s. Sets recovery_tps (0 if it could not be measured); details
-# in $run_dir/recovery.log.
+# Recovery: 100,000 transactions registered durably and left in TRYING, in
+# one of two ways ($1):
+#   unsent      tccd runs with failpoint driver.before_try_send=error: no
+#               Try leaves (as if it crashed right after each registration
+#               was durable); after the restart each branch is asked (Query:
+#               nothing there), then tried, then confirmed;
+#   unanswered  tccd runs with failpoint driver.drop_try_reply=error: every
+#               Try runs at its bank and its answer is lost (as if tccd
+#               crashed with the Trys in flight); after the restart each
+#               branch is asked (Query: TRIED), then confirmed.
+# tccd also runs with limits.max_in_flight raised; tcc-bench --register
+# submits them with wait_for ACCEPTED (try-deadline 10 minutes, so recovery
+# has time to send them); for "unanswered" the script waits until tccd has
+# had every Try's answer (and dropped it); then tccd is killed (SIGKILL) and
+# restarted without the failpoint, and the time from its start until all of
+# them are final (its tccd_transactions_total{event=confirmed|cancelled}
+# reach the count) gives transactions/s. Sets recovery_tps (0 if it could not
+# be measured) and appends to recovery_note; details in
+# $run_dir/recovery-$1.log.
 measure_recovery() {
-  local rlog=$run_dir/recovery.log
+  local mode=$1
+  local rlog=$run_dir/recovery-$mode.log
+  local failpoint="driver.before_try_send=error"
+  local how="registered durably, no Try sent"
+  if [[ $mode == unanswered ]]; then
+    failpoint="driver.drop_try_reply=error"
+    how="registered durably, every Try run by its bank and its answer lost"
+  fi
+  recovery_tps=0
   start_tccd_stack normal || return 0
   local tccd_pid=${tccd_pids%%,*}
   local banks=${tccd_pids#*,}
@@ -214,21 +237,36 @@ measure_recovery() {
   # Restart this stack's tccd with the failpoint and the raised limit.
   stop_pids "$tccd_pid"
   rm -rf "$tccd_data"
-  TCC_FAILPOINTS="driver.before_try_send=error" start_server tccd-fill \
+  TCC_FAILPOINTS=$failpoint start_server "tccd-fill-$mode" \
     "$tccd_bin" --config "$config" --data-dir "$tccd_data" \
-    --listen 127.0.0.1:0 --metrics-listen off "${tccd_participants[@]}"
+    --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${tccd_participants[@]}"
   tccd_pid=$server_pid
+  local fill_url
+  fill_url=$(sed -n 's/^metrics: \(http:[^ ]*\)$/\1/p' \
+             "$run_dir/tccd-fill-$mode.log" | head -n1)
   local rc=0
   timeout --kill-after=5 300 "$bin/tcc-bench" --target "127.0.0.1:$server_port" \
     --register "$recovery_count" --concurrency 64 --try-timeout-ms 600000 \
     --payload-format bank --payload-bytes 100 --participants bank-a,bank-b \
     --accounts 10000 >"$rlog" 2>&1 || rc=$?
+  if [[ $rc == 0 && $mode == unanswered ]]; then
+    # Every Try answered (and the answer dropped): 2 per transaction.
+    local answered=0 deadline=$(( $(date +%s) + 300 ))
+    while (( $(date +%s) < deadline )); do
+      answered=$(metric_match "$fill_url" tccd_branch_calls_total 'phase="try"')
+      (( answered >= 2 * recovery_count )) && break
+      sleep 0.2
+    done
+    echo "Try answers dropped before the kill: $answered" >>"$rlog"
+    (( answered >= 2 * recovery_count )) || rc=1
+  fi
   echo "load average after registering: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$rlog"
   kill -KILL "$tccd_pid" 2>/dev/null || true
   wait "$tccd_pid" 2>/dev/null || true
   if [[ $rc != 0 ]]; then
-    echo "bench.sh: recovery: registering failed (exit $rc)" >&2
+    echo "bench.sh: recovery ($mode): registering failed (exit $rc)" >&2
     cat "$rlog" >&2
+    total_errors=$((total_errors + 1))
     return 0
   fi
   local t0 t1 done_count=0 bank_pid bank_cpu0=0 bank_cpu1=0
@@ -236,13 +274,13 @@ measure_recovery() {
     bank_cpu0=$(awk -v a="$bank_cpu0" -v b="$(cpu_s "$bank_pid")" 'BEGIN { print a + b }')
   done
   t0=$(now_s)
-  start_server tccd-recover "$tccd_bin" --config "$config" \
+  start_server "tccd-recover-$mode" "$tccd_bin" --config "$config" \
     --data-dir "$tccd_data" --listen 127.0.0.1:0 \
     --metrics-listen 127.0.0.1:0 "${tccd_participants[@]}"
   local recover_pid=$server_pid
   local url
-  url=$(sed -n 's/^metrics: \(http:[^ ]*\)$/\1/p' "$run_dir/tccd-recover.log" |
-        head -n1)
+  url=$(sed -n 's/^metrics: \(http:[^ ]*\)$/\1/p' \
+        "$run_dir/tccd-recover-$mode.log" | head -n1)
   local deadline=$(( $(date +%s) + 300 ))
   while (( $(date +%s) < deadline )); do
     done_count=$(metric_sum "$url" 'tccd_transactions_total{event="c')
@@ -255,22 +293,26 @@ measure_recovery() {
   for bank_pid in ${banks//,/ }; do
     bank_cpu1=$(awk -v a="$bank_cpu1" -v b="$(cpu_s "$bank_pid")" 'BEGIN { print a + b }')
   done
+  local secs bank_cpu
+  secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+  bank_cpu=$(awk -v a="$bank_cpu0" -v b="$bank_cpu1" 'BEGIN { printf "%.2f", b - a }')
   {
-    echo "recovered: $done_count of $recovery_count final in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }') s (from tccd start)"
-    echo "recovery CPU: tccd $tccd_cpu s, the two banks $(awk -v a="$bank_cpu0" -v b="$bank_cpu1" 'BEGIN { printf "%.2f", b - a }') s"
-    curl -s --max-time 5 "$url" | grep -E '^tccd_(transactions_total|recovery|wal_sync)' || true
+    echo "recovered ($mode): $done_count of $recovery_count final in $secs s (from tccd start)"
+    echo "recovery CPU: tccd $tccd_cpu s, the two banks $bank_cpu s"
+    curl -s --max-time 5 "$url" |
+      grep -E '^tccd_(transactions_total|recovery|wal_sync|lookups|unknown_resolved)' || true
     echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
   } >>"$rlog"
   cat "$rlog" >&2
   if (( done_count < recovery_count )); then
-    echo "bench.sh: recovery: only $done_count of $recovery_count final in time" >&2
-    recovery_note="Recovery: only $done_count of $recovery_count transactions left in TRYING were final $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }') s after tccd restarted (not counted as a rate)."
+    echo "bench.sh: recovery ($mode): only $done_count of $recovery_count final in time" >&2
+    recovery_note+="Recovery ($how): only $done_count of $recovery_count transactions left in TRYING were final $secs s after tccd restarted (not counted as a rate). "
     total_errors=$((total_errors + 1))
     return 0
   fi
   recovery_tps=$(awk -v n="$recovery_count" -v a="$t0" -v b="$t1" \
     'BEGIN { printf "%.0f", n / (b - a) }')
-  recovery_note="Recovery: $recovery_count transactions left in TRYING (registered durably, no Try sent) were all final $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }') s after tccd restarted: $recovery_tps tx/s; CPU used meanwhile: tccd $tccd_cpu s, the two banks $(awk -v a="$bank_cpu0" -v b="$bank_cpu1" 'BEGIN { printf "%.2f", b - a }') s (load average $(cut -d' ' -f1 /proc/loadavg))."
+  recovery_note+="Recovery ($how): $recovery_count transactions left in TRYING were all final $secs s after tccd restarted: $recovery_tps tx/s; CPU used meanwhile: tccd $tccd_cpu s, the two banks $bank_cpu s (load average $(cut -d' ' -f1 /proc/loadavg)). "
 }
 
 table_rows=()
@@ -381,10 +423,13 @@ run_set() {
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 if [[ $only_recovery == 1 ]]; then
-  recovery_tps=0
-  measure_recovery
+  measure_recovery unanswered
   cleanup
-  echo "tcc-bench: recovery_tps=$recovery_tps"
+  recovery_query_tps=$recovery_tps
+  measure_recovery unsent
+  cleanup
+  echo "$recovery_note"
+  echo "tcc-bench: recovery_tps=$recovery_tps recovery_unanswered_tps=$recovery_query_tps"
   exit 0
 fi
 
@@ -404,8 +449,11 @@ if start_tccd_stack normal; then
     cleanup
   fi
   if [[ $quick == 0 ]]; then
-    echo "bench.sh: recovery of $recovery_count transactions ..." >&2
-    measure_recovery
+    echo "bench.sh: recovery of $recovery_count transactions (Trys unanswered) ..." >&2
+    measure_recovery unanswered
+    cleanup
+    echo "bench.sh: recovery of $recovery_count transactions (no Try sent) ..." >&2
+    measure_recovery unsent
     cleanup
   fi
 else
