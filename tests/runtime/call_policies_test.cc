@@ -30,6 +30,29 @@ TEST_CASE("adaptive timeout: about 2x p99, clamped", "[policies]") {
   CHECK(t.TimeoutMs("q", CallKind::kTry) == 5000);  // max bound, window
 }
 
+TEST_CASE(
+    "adaptive timeout: the window keeps the latest samples, oldest out "
+    "first",
+    "[policies]") {
+  AdaptiveTimeouts t(TimeoutBounds{1, 100000, 1000}, 100, 20);
+  for (int i = 0; i < 100; ++i) t.Observe("p", CallKind::kQuery, 10);
+  CHECK(t.TimeoutMs("p", CallKind::kQuery) == 20);
+  for (int i = 0; i < 50; ++i) t.Observe("p", CallKind::kQuery, 1000);
+  CHECK(t.TimeoutMs("p", CallKind::kQuery) == 2000);
+  // 99 more fast ones push out the 50 older fast ones and 49 of the slow
+  // ones: one slow sample is left, below the p99 of 100.
+  for (int i = 0; i < 99; ++i) t.Observe("p", CallKind::kQuery, 10);
+  CHECK(t.TimeoutMs("p", CallKind::kQuery) == 20);
+  // Two slower ones: the first replaces the last 1000 (the oldest sample
+  // now), the second a fast one; two slow samples of 100 set the p99.
+  t.Observe("p", CallKind::kQuery, 3000);
+  t.Observe("p", CallKind::kQuery, 3000);
+  for (int i = 0; i < 13; ++i) t.Observe("p", CallKind::kQuery, 10);
+  CHECK(t.TimeoutMs("p", CallKind::kQuery) == 20);  // 15 new: not recomputed
+  t.Observe("p", CallKind::kQuery, 10);
+  CHECK(t.TimeoutMs("p", CallKind::kQuery) == 6000);  // 16: recomputed
+}
+
 TEST_CASE("adaptive timeout: per participant and kind bounds override",
           "[policies]") {
   TimeoutOverrides overrides;

@@ -28,6 +28,7 @@ CallKind KindOf(wal::Phase phase) {
 
 const TimeoutBounds& AdaptiveTimeouts::BoundsFor(const std::string& participant,
                                                  CallKind kind) const {
+  if (overrides_.empty()) return bounds_;
   auto it = overrides_.find({participant, kind});
   return it == overrides_.end() ? bounds_ : it->second;
 }
@@ -36,18 +37,20 @@ int64_t AdaptiveTimeouts::TimeoutMs(const std::string& participant,
                                     CallKind kind) const {
   const TimeoutBounds& bounds = BoundsFor(participant, kind);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = series_.find({participant, kind});
-  if (it == series_.end() || it->second.samples.size() < min_samples_) {
+  auto it = series_.find(participant);
+  if (it == series_.end() ||
+      it->second[static_cast<size_t>(kind)].ring.size() < min_samples_) {
     return std::clamp(bounds.initial_ms, bounds.min_ms, bounds.max_ms);
   }
-  Series& s = it->second;
+  Series& s = it->second[static_cast<size_t>(kind)];
   if (!s.computed || s.unseen >= kRecomputeEvery) {
-    std::vector<int64_t> v(s.samples.begin(), s.samples.end());
-    const size_t idx =
-        static_cast<size_t>(std::ceil(0.99 * static_cast<double>(v.size()))) -
-        1;
-    std::nth_element(v.begin(), v.begin() + static_cast<long>(idx), v.end());
-    s.p99 = v[idx];
+    scratch_.assign(s.ring.begin(), s.ring.end());
+    const size_t idx = static_cast<size_t>(std::ceil(
+                           0.99 * static_cast<double>(scratch_.size()))) -
+                       1;
+    std::nth_element(scratch_.begin(),
+                     scratch_.begin() + static_cast<long>(idx), scratch_.end());
+    s.p99 = scratch_[idx];
     s.computed = true;
     s.unseen = 0;
   }
@@ -57,9 +60,15 @@ int64_t AdaptiveTimeouts::TimeoutMs(const std::string& participant,
 void AdaptiveTimeouts::Observe(const std::string& participant, CallKind kind,
                                int64_t latency_ms) {
   std::lock_guard<std::mutex> lock(mu_);
-  Series& s = series_[{participant, kind}];
-  s.samples.push_back(latency_ms);
-  if (s.samples.size() > window_) s.samples.pop_front();
+  auto it = series_.find(participant);
+  if (it == series_.end()) it = series_.emplace(participant, Kinds{}).first;
+  Series& s = it->second[static_cast<size_t>(kind)];
+  if (s.ring.size() < window_) {
+    s.ring.push_back(latency_ms);
+  } else if (window_ > 0) {
+    s.ring[s.next] = latency_ms;
+    s.next = (s.next + 1) % window_;
+  }
   ++s.unseen;
 }
 

@@ -3,6 +3,7 @@
 // participant. Pure policy objects: time comes in as arguments.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -72,16 +73,21 @@ class AdaptiveTimeouts {
   size_t window_;
   size_t min_samples_;
   mutable std::mutex mu_;
-  // The p99 is recomputed (a copy and a selection over the window) at most
-  // once per kRecomputeEvery observations, not on every call.
+  // The p99 is recomputed (a selection over the window) at most once per
+  // kRecomputeEvery observations, not on every call. Nothing here allocates
+  // once a series is full: the window is a ring, the selection works in a
+  // scratch buffer kept for the next time.
   static constexpr uint32_t kRecomputeEvery = 16;
   struct Series {
-    std::deque<int64_t> samples;
+    std::vector<int64_t> ring;  // the last `window_` latencies
+    size_t next = 0;            // where the next one goes once full
     int64_t p99 = 0;
     bool computed = false;
     uint32_t unseen = 0;  // observations since p99 was computed
   };
-  mutable std::map<std::pair<std::string, CallKind>, Series> series_;
+  using Kinds = std::array<Series, 4>;  // by CallKind
+  mutable std::map<std::string, Kinds, std::less<>> series_;
+  mutable std::vector<int64_t> scratch_;
 };
 
 struct BreakerOptions {
