@@ -1,6 +1,9 @@
 #include "server/metrics.h"
 
+#include <algorithm>
+#include <cstring>
 #include <exception>
+#include <initializer_list>
 
 #include "absl/strings/str_cat.h"
 
@@ -20,6 +23,19 @@ Histogram::BucketBoundaries LatencyBuckets() {
 Histogram::BucketBoundaries DurationBuckets() {
   return {0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2,
           0.5,   1,     2,     5,    10,   30,   60,  300};
+}
+
+// "a/b/c" in `buf` (without allocating while it fits), as a cache key.
+std::string_view JoinKey(char (&buf)[128],
+                         std::initializer_list<std::string_view> parts) {
+  size_t n = 0;
+  for (std::string_view part : parts) {
+    const size_t take = std::min(part.size(), sizeof(buf) - 1 - n);
+    std::memcpy(buf + n, part.data(), take);
+    n += take;
+    if (n < sizeof(buf) - 1) buf[n++] = '/';
+  }
+  return std::string_view(buf, n);
 }
 
 }  // namespace
@@ -109,44 +125,93 @@ CoordinatorMetrics::CoordinatorMetrics(
                   .Register(*registry_)) {}
 
 void CoordinatorMetrics::TransactionAccepted() {
-  txns_.Add({{"event", "accepted"}}).Increment();
+  txns_cache_
+      .Get("accepted",
+           [&]() -> prometheus::Counter& {
+             return txns_.Add({{"event", "accepted"}});
+           })
+      .Increment();
 }
 
 void CoordinatorMetrics::TransactionFinished(const std::string& final_state,
                                              double duration_seconds) {
-  txns_.Add({{"event", final_state}}).Increment();
-  txn_duration_.Add({{"state", final_state}}, DurationBuckets())
+  txns_cache_
+      .Get(final_state,
+           [&]() -> prometheus::Counter& {
+             return txns_.Add({{"event", final_state}});
+           })
+      .Increment();
+  txn_duration_cache_
+      .Get(final_state,
+           [&]() -> prometheus::Histogram& {
+             return txn_duration_.Add({{"state", final_state}},
+                                      DurationBuckets());
+           })
       .Observe(duration_seconds);
 }
 
 void CoordinatorMetrics::BranchCall(const std::string& phase,
                                     const std::string& outcome, bool replayed,
                                     double latency_seconds) {
-  branch_calls_
-      .Add({{"phase", phase},
-            {"outcome", outcome},
-            {"replayed", replayed ? "true" : "false"}})
+  char buf[128];
+  branch_calls_cache_
+      .Get(JoinKey(buf, {phase, outcome, replayed ? "true" : "false"}),
+           [&]() -> prometheus::Counter& {
+             return branch_calls_.Add(
+                 {{"phase", phase},
+                  {"outcome", outcome},
+                  {"replayed", replayed ? "true" : "false"}});
+           })
       .Increment();
-  branch_latency_.Add({{"phase", phase}}, LatencyBuckets())
+  branch_latency_cache_
+      .Get(phase,
+           [&]() -> prometheus::Histogram& {
+             return branch_latency_.Add({{"phase", phase}}, LatencyBuckets());
+           })
       .Observe(latency_seconds);
 }
 
 void CoordinatorMetrics::Retry(const std::string& phase) {
-  retries_.Add({{"phase", phase}}).Increment();
+  retries_cache_
+      .Get(phase,
+           [&]() -> prometheus::Counter& {
+             return retries_.Add({{"phase", phase}});
+           })
+      .Increment();
 }
 
 void CoordinatorMetrics::UnknownOutcome(const std::string& phase) {
-  unknown_.Add({{"phase", phase}}).Increment();
+  unknown_cache_
+      .Get(phase,
+           [&]() -> prometheus::Counter& {
+             return unknown_.Add({{"phase", phase}});
+           })
+      .Increment();
 }
 
 void CoordinatorMetrics::UnknownResolved(const std::string& how,
                                          double age_seconds) {
-  unknown_resolved_.Add({{"how", how}}).Increment();
-  unknown_age_.Add({}, DurationBuckets()).Observe(age_seconds);
+  unknown_resolved_cache_
+      .Get(how,
+           [&]() -> prometheus::Counter& {
+             return unknown_resolved_.Add({{"how", how}});
+           })
+      .Increment();
+  unknown_age_cache_
+      .Get("",
+           [&]() -> prometheus::Histogram& {
+             return unknown_age_.Add({}, DurationBuckets());
+           })
+      .Observe(age_seconds);
 }
 
 void CoordinatorMetrics::Lookup(const std::string& answer) {
-  lookups_.Add({{"answer", answer}}).Increment();
+  lookups_cache_
+      .Get(answer,
+           [&]() -> prometheus::Counter& {
+             return lookups_.Add({{"answer", answer}});
+           })
+      .Increment();
 }
 
 void CoordinatorMetrics::SetStuckBranches(int64_t n) {

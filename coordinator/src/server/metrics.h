@@ -14,12 +14,36 @@
 #include <prometheus/registry.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 
 namespace tcc::server {
+
+// The series of one family by label values, looked up once: Family::Add
+// builds a label map and hashes it on every call, which the per-call metrics
+// would pay thousands of times a second.
+template <typename T>
+class SeriesCache {
+ public:
+  // The series for `key` (the label values joined), made by `make` the
+  // first time.
+  T& Get(std::string_view key, const std::function<T&()>& make) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = series_.find(key);
+    if (it == series_.end()) it = series_.emplace(key, &make()).first;
+    return *it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, T*, std::less<>> series_;
+};
 
 class CoordinatorMetrics {
  public:
@@ -83,6 +107,10 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& recovery_;
   prometheus::Family<prometheus::Gauge>& breaker_;
   prometheus::Family<prometheus::Counter>& alerts_;
+  SeriesCache<prometheus::Counter> txns_cache_, branch_calls_cache_,
+      retries_cache_, unknown_cache_, unknown_resolved_cache_, lookups_cache_;
+  SeriesCache<prometheus::Histogram> txn_duration_cache_, branch_latency_cache_,
+      unknown_age_cache_;
 };
 
 // Serves a registry at http://ADDRESS/metrics until destroyed.
