@@ -229,6 +229,10 @@ class RocksDbLog::Impl {
     int64_t unfinished = 0;
     int64_t horizon = 0;
     uint64_t owner_epoch = 0;
+    // One iterator for every summary the group loads, made on first use:
+    // only the writer writes, so what it sees is the log as of the last
+    // group, and a gid this group changed is in index_, never loaded again.
+    std::unique_ptr<rocksdb::Iterator> records;
   };
 
   void WriterLoop();
@@ -245,7 +249,8 @@ class RocksDbLog::Impl {
   // The writer's entry for `gid`, loaded from the database on first use.
   absl::StatusOr<IndexEntry*> FindSummary(GroupView& view,
                                           const std::string& gid);
-  absl::Status LoadSummary(const std::string& gid, IndexEntry& entry);
+  absl::Status LoadSummary(GroupView& view, const std::string& gid,
+                           IndexEntry& entry);
   // Drops the entries the group settled, and all when there are too many.
   void Settle(GroupView& view);
   absl::StatusOr<std::optional<Approval>> ViewApproval(GroupView& view,
@@ -257,8 +262,11 @@ class RocksDbLog::Impl {
 
   absl::StatusOr<std::optional<StoredSummary>> GetSummary(
       const rocksdb::ReadOptions& ro, std::string_view gid);
+  // `records`, when given, is an iterator with the same read options,
+  // reused (the scan reads thousands of transactions).
   absl::StatusOr<TxnLog> ReadTxn(const rocksdb::ReadOptions& ro,
-                                 std::string_view gid);
+                                 std::string_view gid,
+                                 rocksdb::Iterator* records = nullptr);
   // Runs `item` through the writer and waits for it.
   absl::Status SubmitAndWait(WorkItem item);
 
@@ -504,7 +512,7 @@ absl::StatusOr<RocksDbLog::Impl::IndexEntry*> RocksDbLog::Impl::FindSummary(
     GroupView& view, const std::string& gid) {
   auto [it, inserted] = index_.try_emplace(gid);
   if (!inserted) return &it->second;
-  if (absl::Status s = LoadSummary(gid, it->second); !s.ok()) {
+  if (absl::Status s = LoadSummary(view, gid, it->second); !s.ok()) {
     index_.erase(it);
     return s;
   }
@@ -514,7 +522,8 @@ absl::StatusOr<RocksDbLog::Impl::IndexEntry*> RocksDbLog::Impl::FindSummary(
   return &it->second;
 }
 
-absl::Status RocksDbLog::Impl::LoadSummary(const std::string& gid,
+absl::Status RocksDbLog::Impl::LoadSummary(GroupView& view,
+                                           const std::string& gid,
                                            IndexEntry& entry) {
   std::string value;
   rocksdb::Status s =
@@ -533,8 +542,10 @@ absl::Status RocksDbLog::Impl::LoadSummary(const std::string& gid,
   counts.record_count = 0;
   counts.record_bytes = 0;
   const std::string prefix = keys::RecordPrefix(gid);
-  std::unique_ptr<rocksdb::Iterator> it(
-      db_->NewIterator(rocksdb::ReadOptions()));
+  if (view.records == nullptr) {
+    view.records.reset(db_->NewIterator(rocksdb::ReadOptions()));
+  }
+  rocksdb::Iterator* it = view.records.get();
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
     std::string_view seq_bytes = it->key().ToStringView().substr(prefix.size());
@@ -949,7 +960,8 @@ absl::StatusOr<std::optional<StoredSummary>> RocksDbLog::Impl::GetSummary(
 }
 
 absl::StatusOr<TxnLog> RocksDbLog::Impl::ReadTxn(const rocksdb::ReadOptions& ro,
-                                                 std::string_view gid) {
+                                                 std::string_view gid,
+                                                 rocksdb::Iterator* records) {
   absl::StatusOr<std::optional<StoredSummary>> stored = GetSummary(ro, gid);
   if (!stored.ok()) return stored.status();
   if (!stored->has_value()) {
@@ -960,7 +972,12 @@ absl::StatusOr<TxnLog> RocksDbLog::Impl::ReadTxn(const rocksdb::ReadOptions& ro,
   txn.summary = std::move((*stored)->summary);
   if (txn.summary.compacted) return txn;
   const std::string prefix = keys::RecordPrefix(gid);
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  std::unique_ptr<rocksdb::Iterator> own;
+  rocksdb::Iterator* it = records;
+  if (it == nullptr) {
+    own.reset(db_->NewIterator(ro));
+    it = own.get();
+  }
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
     absl::StatusOr<Record> record = internal::DecodeRecord(
@@ -1051,6 +1068,7 @@ absl::Status RocksDbLog::Impl::ScanUnfinished(
   rocksdb::ReadOptions ro;
   ro.snapshot = snapshot.snapshot();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
+  std::unique_ptr<rocksdb::Iterator> records(db_->NewIterator(ro));
   for (it->Seek("u/"); it->Valid() && it->key().starts_with("u/"); it->Next()) {
     int64_t registered_at_ms = 0;
     std::string gid;
@@ -1058,7 +1076,7 @@ absl::Status RocksDbLog::Impl::ScanUnfinished(
                               gid)) {
       return absl::DataLossError("WAL: malformed unfinished index key");
     }
-    absl::StatusOr<TxnLog> txn = ReadTxn(ro, gid);
+    absl::StatusOr<TxnLog> txn = ReadTxn(ro, gid, records.get());
     if (!txn.ok()) {
       if (absl::IsNotFound(txn.status())) {
         return absl::DataLossError(absl::StrCat(
