@@ -470,6 +470,7 @@ TEST_CASE("an approval that does not match exactly is refused, unused") {
     const char* what;
     Approval approval;
     int64_t at_ms;
+    const char* says;  // in the error message
   };
   auto base = [] {
     return MakeApproval("ap", ApprovalAction::kForceCancel, "g1", 5000);
@@ -479,31 +480,34 @@ TEST_CASE("an approval that does not match exactly is refused, unused") {
     Approval a = base();
     a.gid = "g2";
     a.content_hash = HashOf("content:g1");
-    cases.push_back({"other gid", a, 1000});
+    cases.push_back({"other gid", a, 1000, "is for another gid"});
   }
   {
     Approval a = base();
     a.revision = 8;
-    cases.push_back({"other revision", a, 1000});
+    cases.push_back({"other revision", a, 1000, "is for another revision"});
   }
   {
     Approval a = base();
     a.content_hash = HashOf("something else");
-    cases.push_back({"other content hash", a, 1000});
+    cases.push_back(
+        {"other content hash", a, 1000, "is for another content hash"});
   }
   {
     Approval a = base();
     a.action = ApprovalAction::kForceConfirm;
-    cases.push_back({"other action", a, 1000});
+    cases.push_back(
+        {"other action", a, 1000, "is for force-confirm, not force-cancel"});
   }
   {
     Approval a = base();
     a.action = ApprovalAction::kResolveBranch;
     a.branch_id = "b0";
-    cases.push_back({"a branch approval", a, 1000});
+    cases.push_back({"a branch approval", a, 1000,
+                     "is for resolve-branch, not force-cancel"});
   }
-  cases.push_back({"expired", base(), 5000});
-  cases.push_back({"long expired", base(), 9000});
+  cases.push_back({"expired", base(), 5000, "expired at 5000"});
+  cases.push_back({"long expired", base(), 9000, "expired at 5000"});
   int n = 0;
   for (Case& c : cases) {
     INFO(c.what);
@@ -511,7 +515,9 @@ TEST_CASE("an approval that does not match exactly is refused, unused") {
     REQUIRE(PutApprovalAndWait(log, c.approval).ok());
     Decided d = MakeDecided(Decision::kCancel, c.at_ms);
     d.approval_id = c.approval.approval_id;
-    CHECK(absl::IsFailedPrecondition(AppendAndWait(log, Req("g1", {d}))));
+    absl::Status st = AppendAndWait(log, Req("g1", {d}));
+    CHECK(absl::IsFailedPrecondition(st));
+    CHECK_THAT(std::string(st.message()), Catch::Contains(c.says));
     CHECK(log.ReadApproval(c.approval.approval_id)->used_at_ms == 0);
   }
   Decided missing = MakeDecided(Decision::kCancel, 1000);

@@ -31,6 +31,21 @@ absl::Status ValidateBranch(const BranchSpec& branch) {
   return identity::ValidateParticipantName(branch.participant);
 }
 
+// The action as tccctl and the API name it.
+const char* ActionName(ApprovalAction action) {
+  switch (action) {
+    case ApprovalAction::kForceConfirm:
+      return "force-confirm";
+    case ApprovalAction::kForceCancel:
+      return "force-cancel";
+    case ApprovalAction::kResolveBranch:
+      return "resolve-branch";
+    case ApprovalAction::kGateApprove:
+      return "gate-approve";
+  }
+  return "an unknown action";
+}
+
 // Checks that `approval` allows `action` on this transaction at `at_ms`.
 absl::Status CheckApproval(const Approval& approval, ApprovalAction action,
                            const TxnSummary& summary,
@@ -46,7 +61,8 @@ absl::Status CheckApproval(const Approval& approval, ApprovalAction action,
   }
   if (approval.action != action) {
     return absl::FailedPreconditionError(
-        absl::StrCat("approval ", id, " is for another action"));
+        absl::StrCat("approval ", id, " is for ", ActionName(approval.action),
+                     ", not ", ActionName(action)));
   }
   if (approval.gid != summary.gid) {
     return absl::FailedPreconditionError(
