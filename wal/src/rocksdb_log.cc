@@ -363,7 +363,7 @@ absl::Status RocksDbLog::Impl::Open() {
   // them cost about 6% of opening the log and most of each compaction.
   // Finished history that reaches the lower levels stays compressed.
   options.compression_per_level = {
-      rocksdb::kNoCompression, rocksdb::kNoCompression,
+      rocksdb::kNoCompression,     rocksdb::kNoCompression,
       rocksdb::kSnappyCompression, rocksdb::kSnappyCompression,
       rocksdb::kSnappyCompression, rocksdb::kSnappyCompression,
       rocksdb::kSnappyCompression};
