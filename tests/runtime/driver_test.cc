@@ -984,4 +984,62 @@ TEST_CASE(
   h.CheckInvariants();
 }
 
+TEST_CASE(
+    "recovery: transactions waiting for an approval do not hold the window "
+    "against the others",
+    "[driver][crash]") {
+  DriverOptions o;
+  o.recovery_window = 2;
+  Harness h(2, o);
+  // Two gated transactions whose Trys succeeded: they wait for an approval
+  // (an hour).
+  for (int i = 0; i < 2; ++i) {
+    core::SubmitSpec spec = h.Spec("gate" + std::to_string(i), 2);
+    spec.approval_gate = true;
+    spec.approval_timeout_ms = 3'600'000;
+    spec.wait_for = core::WaitFor::kAccepted;
+    Result r = h.Submit(std::move(spec));
+    REQUIRE(h.Wait(r));
+    REQUIRE(r->value().ok());
+  }
+  REQUIRE(h.Run([&] {
+    return h.StoredState("gate0") == TxnState::kAwaitingApproval &&
+           h.StoredState("gate1") == TxnState::kAwaitingApproval;
+  }));
+  // Then six whose Trys never left, and a crash.
+  REQUIRE(failpoint::Configure("driver.before_try_send=error").ok());
+  std::vector<Result> accepted;
+  for (int i = 0; i < 6; ++i) {
+    core::SubmitSpec spec =
+        h.Spec("n" + std::to_string(i), 2, core::WaitFor::kAccepted);
+    spec.try_timeout_ms = 600'000;
+    accepted.push_back(h.Submit(std::move(spec)));
+  }
+  REQUIRE(h.Run([&] {
+    for (const Result& r : accepted) {
+      if (!r->has_value()) return false;
+    }
+    return true;
+  }));
+  REQUIRE(failpoint::Configure("").ok());
+  h.Crash(0);
+  // The gated ones come first in the scan; the others still finish within
+  // minutes, long before any approval deadline.
+  REQUIRE(h.Run(
+      [&] {
+        for (int i = 0; i < 6; ++i) {
+          if (!wal::IsFinal(h.StoredState("n" + std::to_string(i)))) {
+            return false;
+          }
+        }
+        return true;
+      },
+      300'000));
+  for (int i = 0; i < 6; ++i) {
+    CHECK(h.StoredState("n" + std::to_string(i)) == TxnState::kConfirmed);
+  }
+  CHECK(h.StoredState("gate0") == TxnState::kAwaitingApproval);
+  CHECK(h.StoredState("gate1") == TxnState::kAwaitingApproval);
+}
+
 }  // namespace tcc::runtime

@@ -332,8 +332,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
           return;
         }
         Owner* owner = self.Find(s, gid);
-        if (owner != nullptr && !owner->txn.poisoned &&
-            !owner->txn.decision_durable && !wal::IsFinal(owner->txn.state)) {
+        if (owner != nullptr && HoldsRecoveryPlace(owner->txn)) {
           owner->recovery_place = true;
         } else {
           self.ReleaseRecoveryPlace();
@@ -400,16 +399,21 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     ResumeFromScan();
   }
 
+  // Whether a resumed transaction still counts against the recovery window:
+  // until its decision is durable. One waiting for an approval makes no
+  // calls and may wait for hours (its approval deadline): it does not hold
+  // up the others.
+  static bool HoldsRecoveryPlace(const core::Txn& t) {
+    return !t.poisoned && !t.decision_durable && !wal::IsFinal(t.state) &&
+           t.state != wal::TxnState::kAwaitingApproval;
+  }
+
   // An owner holding a recovery place gives it up once its decision is
   // durable (not merely made: while the WAL is slow, decided transactions
   // would otherwise let more in, each with appends to queue), or once it is
   // dropped.
   void MaybeReleaseRecoveryPlace(Owner& o) {
-    if (!o.recovery_place) return;
-    if (!o.txn.decision_durable && !o.txn.poisoned &&
-        !wal::IsFinal(o.txn.state)) {
-      return;
-    }
+    if (!o.recovery_place || HoldsRecoveryPlace(o.txn)) return;
     o.recovery_place = false;
     ReleaseRecoveryPlace();
   }
