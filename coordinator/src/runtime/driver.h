@@ -106,7 +106,7 @@ struct DriverOptions {
   // at once, and their Try answers alone can fill the WAL's queue
   // (RESOURCE_EXHAUSTED stops the owners whose appends it refused); counted
   // on decisions merely made, a slow WAL would let more in while their
-  // decisions wait in its queue.
+  // decisions wait in its queue. One waiting for an approval holds no place.
   size_t recovery_window = 4096;
   // Where the recovery scan runs (it reads the whole WAL: seconds for
   // 100,000 unfinished transactions). Null: the first shard, which then
