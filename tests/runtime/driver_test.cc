@@ -123,6 +123,49 @@ struct Harness {
     return t->summary.state;
   }
 
+  // Whether PREFIX0 .. PREFIX(n-1) are all final in the log.
+  bool AllFinal(const std::string& prefix, int n) {
+    for (int i = 0; i < n; ++i) {
+      if (!wal::IsFinal(StoredState(prefix + std::to_string(i)))) return false;
+    }
+    return true;
+  }
+
+  // Registers PREFIX0 .. PREFIX(n-1) durably (2 branches, answered at
+  // ACCEPTED) while `failpoint` (e.g. "driver.before_try_send=error") is
+  // on; it is off again afterwards.
+  void RegisterWith(const std::string& failpoint, const std::string& prefix,
+                    int n, int64_t try_timeout_ms = 2000) {
+    REQUIRE(failpoint::Configure(failpoint).ok());
+    std::vector<Result> accepted;
+    for (int i = 0; i < n; ++i) {
+      core::SubmitSpec spec =
+          Spec(prefix + std::to_string(i), 2, core::WaitFor::kAccepted);
+      spec.try_timeout_ms = try_timeout_ms;
+      accepted.push_back(Submit(std::move(spec)));
+    }
+    REQUIRE(Run([&] {
+      for (const Result& r : accepted) {
+        if (!r->has_value()) return false;
+      }
+      return true;
+    }));
+    for (const Result& r : accepted) REQUIRE(r->value().ok());
+    REQUIRE(failpoint::Configure("").ok());
+  }
+
+  // Crashes (nothing unsynced kept) and starts a driver on `wal` (the log
+  // itself or a wrapper of it) with `o`, reporting to `seen`.
+  void CrashAndRestart(DriverOptions o, wal::Log& wal, DriverObserver* seen) {
+    driver.reset();
+    exec.Clear();
+    log.Crash(0);
+    driver =
+        std::make_unique<Driver>(o, std::vector<Executor*>{&exec, &exec, &exec},
+                                 clock, transport, wal, seen);
+    REQUIRE(driver->Start().ok());
+  }
+
   // Atomicity and no reservation held, over every participant.
   void CheckInvariants() {
     CHECK(transport.violations().empty());
@@ -697,34 +740,10 @@ TEST_CASE(
   Harness h(2, o);
   // 40 transactions registered durably whose Trys never leave (the failpoint
   // keeps them in the process), then a crash.
-  REQUIRE(failpoint::Configure("driver.before_try_send=error").ok());
-  std::vector<Result> accepted;
-  for (int i = 0; i < 40; ++i) {
-    accepted.push_back(
-        h.Submit(h.Spec("w" + std::to_string(i), 2, core::WaitFor::kAccepted)));
-  }
-  REQUIRE(h.Run([&] {
-    for (const Result& r : accepted) {
-      if (!r->has_value()) return false;
-    }
-    return true;
-  }));
-  for (const Result& r : accepted) REQUIRE(r->value().ok());
-  REQUIRE(failpoint::Configure("").ok());
+  h.RegisterWith("driver.before_try_send=error", "w", 40);
   WindowObserver window;
-  h.driver.reset();
-  h.exec.Clear();
-  h.log.Crash(0);
-  h.driver = std::make_unique<Driver>(
-      o, std::vector<Executor*>{&h.exec, &h.exec, &h.exec}, h.clock,
-      h.transport, h.log, &window);
-  REQUIRE(h.driver->Start().ok());
-  REQUIRE(h.Run([&] {
-    for (int i = 0; i < 40; ++i) {
-      if (!wal::IsFinal(h.StoredState("w" + std::to_string(i)))) return false;
-    }
-    return true;
-  }));
+  h.CrashAndRestart(o, h.log, &window);
+  REQUIRE(h.Run([&] { return h.AllFinal("w", 40); }));
   for (int i = 0; i < 40; ++i) {
     CHECK(h.StoredState("w" + std::to_string(i)) == TxnState::kConfirmed);
   }
@@ -765,19 +784,8 @@ TEST_CASE(
   }
   REQUIRE(failpoint::Configure("").ok());
   WindowObserver seen;
-  h.driver.reset();
-  h.exec.Clear();
-  h.log.Crash(0);
-  h.driver = std::make_unique<Driver>(
-      h.options, std::vector<Executor*>{&h.exec, &h.exec, &h.exec}, h.clock,
-      h.transport, h.log, &seen);
-  REQUIRE(h.driver->Start().ok());
-  REQUIRE(h.Run([&] {
-    for (int i = 0; i < 20; ++i) {
-      if (!wal::IsFinal(h.StoredState("u" + std::to_string(i)))) return false;
-    }
-    return true;
-  }));
+  h.CrashAndRestart(h.options, h.log, &seen);
+  REQUIRE(h.Run([&] { return h.AllFinal("u", 20); }));
   for (int i = 0; i < 20; ++i) {
     CHECK(h.StoredState("u" + std::to_string(i)) == TxnState::kConfirmed);
   }
@@ -939,30 +947,11 @@ TEST_CASE(
   DriverOptions o;
   o.recovery_window = 3;
   Harness h(2, o);
-  REQUIRE(failpoint::Configure("driver.before_try_send=error").ok());
-  std::vector<Result> accepted;
-  for (int i = 0; i < 20; ++i) {
-    core::SubmitSpec spec =
-        h.Spec("s" + std::to_string(i), 2, core::WaitFor::kAccepted);
-    spec.try_timeout_ms = 120'000;  // outlasts the slow disk below
-    accepted.push_back(h.Submit(std::move(spec)));
-  }
-  REQUIRE(h.Run([&] {
-    for (const Result& r : accepted) {
-      if (!r->has_value()) return false;
-    }
-    return true;
-  }));
-  REQUIRE(failpoint::Configure("").ok());
-  h.driver.reset();
-  h.exec.Clear();
-  h.log.Crash(0);
+  // 120 s try-deadlines outlast the slow disk below.
+  h.RegisterWith("driver.before_try_send=error", "s", 20, 120'000);
   SlowSyncLog slow(h.log);
   WindowObserver window;
-  h.driver = std::make_unique<Driver>(
-      o, std::vector<Executor*>{&h.exec, &h.exec, &h.exec}, h.clock,
-      h.transport, slow, &window);
-  REQUIRE(h.driver->Start().ok());
+  h.CrashAndRestart(o, slow, &window);
   // Three are resumed and decided, their decisions wait for the disk: no
   // fourth is resumed meanwhile.
   REQUIRE(h.Run([&] { return slow.held_.size() == 3; }));
@@ -970,12 +959,7 @@ TEST_CASE(
   CHECK(slow.held_.size() == 3);
   CHECK(window.queried.size() == 3);
   slow.Release();
-  REQUIRE(h.Run([&] {
-    for (int i = 0; i < 20; ++i) {
-      if (!wal::IsFinal(h.StoredState("s" + std::to_string(i)))) return false;
-    }
-    return true;
-  }));
+  REQUIRE(h.Run([&] { return h.AllFinal("s", 20); }));
   for (int i = 0; i < 20; ++i) {
     CHECK(h.StoredState("s" + std::to_string(i)) == TxnState::kConfirmed);
   }
@@ -1007,34 +991,11 @@ TEST_CASE(
            h.StoredState("gate1") == TxnState::kAwaitingApproval;
   }));
   // Then six whose Trys never left, and a crash.
-  REQUIRE(failpoint::Configure("driver.before_try_send=error").ok());
-  std::vector<Result> accepted;
-  for (int i = 0; i < 6; ++i) {
-    core::SubmitSpec spec =
-        h.Spec("n" + std::to_string(i), 2, core::WaitFor::kAccepted);
-    spec.try_timeout_ms = 600'000;
-    accepted.push_back(h.Submit(std::move(spec)));
-  }
-  REQUIRE(h.Run([&] {
-    for (const Result& r : accepted) {
-      if (!r->has_value()) return false;
-    }
-    return true;
-  }));
-  REQUIRE(failpoint::Configure("").ok());
+  h.RegisterWith("driver.before_try_send=error", "n", 6, 600'000);
   h.Crash(0);
   // The gated ones come first in the scan; the others still finish within
   // minutes, long before any approval deadline.
-  REQUIRE(h.Run(
-      [&] {
-        for (int i = 0; i < 6; ++i) {
-          if (!wal::IsFinal(h.StoredState("n" + std::to_string(i)))) {
-            return false;
-          }
-        }
-        return true;
-      },
-      300'000));
+  REQUIRE(h.Run([&] { return h.AllFinal("n", 6); }, 300'000));
   for (int i = 0; i < 6; ++i) {
     CHECK(h.StoredState("n" + std::to_string(i)) == TxnState::kConfirmed);
   }
