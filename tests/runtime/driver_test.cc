@@ -123,6 +123,17 @@ struct Harness {
     return t->summary.state;
   }
 
+  // Runs until `gid` is final in the log, which must say CONFIRMED, and
+  // checks the invariants.
+  void CheckEndsConfirmed(const std::string& gid) {
+    REQUIRE(Run([&] {
+      auto t = log.Read(gid);
+      return t.ok() && wal::IsFinal(t->summary.state);
+    }));
+    CHECK(StoredState(gid) == TxnState::kConfirmed);
+    CheckInvariants();
+  }
+
   // Whether PREFIX0 .. PREFIX(n-1) are all final in the log.
   bool AllFinal(const std::string& prefix, int n) {
     for (int i = 0; i < n; ++i) {
@@ -848,12 +859,7 @@ TEST_CASE(
     if (!r->value().ok()) {
       CHECK(r->value().status().code() == absl::StatusCode::kUnavailable);
     }
-    REQUIRE(h.Run([&] {
-      auto t = h.log.Read("g1");
-      return t.ok() && wal::IsFinal(t->summary.state);
-    }));
-    CHECK(h.StoredState("g1") == TxnState::kConfirmed);
-    h.CheckInvariants();
+    h.CheckEndsConfirmed("g1");
     h.driver.reset();
   }
 }
@@ -908,12 +914,7 @@ TEST_CASE(
     holding.RefuseOne();
     h.Run([] { return false; }, 50);
   }
-  REQUIRE(h.Run([&] {
-    auto t = h.log.Read("g1");
-    return t.ok() && wal::IsFinal(t->summary.state);
-  }));
-  CHECK(h.StoredState("g1") == TxnState::kConfirmed);
-  h.CheckInvariants();
+  h.CheckEndsConfirmed("g1");
   h.driver.reset();
 }
 
