@@ -45,6 +45,10 @@ TEST_CASE("metrics are served at /metrics with bounded labels") {
   metrics.TransactionFinished("confirmed", 0.004);
   metrics.BranchCall("try", "executed", false, 0.001);
   metrics.BranchCall("try", "executed", true, 0.001);
+  // Series are cached by label values: the same labels add up, others stay
+  // apart.
+  metrics.BranchCall("try", "executed", true, 0.002);
+  metrics.BranchCall("confirm", "executed", true, 0.001);
   metrics.Retry("confirm");
   metrics.UnknownOutcome("try");
   metrics.UnknownResolved("query_tried", 0.5);
@@ -63,7 +67,13 @@ TEST_CASE("metrics are served at /metrics with bounded labels") {
   CHECK(body.find("tccd_transactions_total{event=\"confirmed\"} 1") !=
         std::string::npos);
   CHECK(body.find("tccd_branch_calls_total{outcome=\"executed\",phase=\"try\","
-                  "replayed=\"true\"} 1") != std::string::npos);
+                  "replayed=\"true\"} 2") != std::string::npos);
+  CHECK(body.find("tccd_branch_calls_total{outcome=\"executed\",phase=\"try\","
+                  "replayed=\"false\"} 1") != std::string::npos);
+  CHECK(body.find("tccd_branch_calls_total{outcome=\"executed\",phase=\""
+                  "confirm\",replayed=\"true\"} 1") != std::string::npos);
+  CHECK(body.find("tccd_branch_call_seconds_count{phase=\"try\"} 3") !=
+        std::string::npos);
   CHECK(body.find("tccd_stuck_branches 2") != std::string::npos);
   CHECK(body.find("tccd_circuit_breaker_state{participant=\"bank-a\"} 2") !=
         std::string::npos);

@@ -1,9 +1,8 @@
 #include "server/metrics.h"
 
-#include <algorithm>
-#include <cstring>
 #include <exception>
 #include <initializer_list>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -25,17 +24,16 @@ Histogram::BucketBoundaries DurationBuckets() {
           0.5,   1,     2,     5,    10,   30,   60,  300};
 }
 
-// "a/b/c" in `buf` (without allocating while it fits), as a cache key.
-std::string_view JoinKey(char (&buf)[128],
-                         std::initializer_list<std::string_view> parts) {
-  size_t n = 0;
+// "a/b/c/" as a cache key, in a buffer of this thread's that keeps its
+// capacity (no allocation once it has grown; never truncated).
+std::string_view JoinKey(std::initializer_list<std::string_view> parts) {
+  thread_local std::string key;
+  key.clear();
   for (std::string_view part : parts) {
-    const size_t take = std::min(part.size(), sizeof(buf) - 1 - n);
-    std::memcpy(buf + n, part.data(), take);
-    n += take;
-    if (n < sizeof(buf) - 1) buf[n++] = '/';
+    key.append(part.data(), part.size());
+    key.push_back('/');
   }
-  return std::string_view(buf, n);
+  return key;
 }
 
 }  // namespace
@@ -153,9 +151,8 @@ void CoordinatorMetrics::TransactionFinished(const std::string& final_state,
 void CoordinatorMetrics::BranchCall(const std::string& phase,
                                     const std::string& outcome, bool replayed,
                                     double latency_seconds) {
-  char buf[128];
   branch_calls_cache_
-      .Get(JoinKey(buf, {phase, outcome, replayed ? "true" : "false"}),
+      .Get(JoinKey({phase, outcome, replayed ? "true" : "false"}),
            [&]() -> prometheus::Counter& {
              return branch_calls_.Add(
                  {{"phase", phase},

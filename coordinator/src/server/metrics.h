@@ -14,7 +14,6 @@
 #include <prometheus/registry.h>
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,7 +32,8 @@ class SeriesCache {
  public:
   // The series for `key` (the label values joined), made by `make` the
   // first time.
-  T& Get(std::string_view key, const std::function<T&()>& make) {
+  template <typename Make>
+  T& Get(std::string_view key, Make&& make) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = series_.find(key);
     if (it == series_.end()) it = series_.emplace(key, &make()).first;
