@@ -639,13 +639,16 @@ class ForwardingLog : public wal::Log {
   wal::Log& inner_;
 };
 
-// A log whose buffered appends reach it only when released: what a reader
-// sees while the RocksDB log's writer still holds them in its queue.
+// A log whose appends of one durability reach it only when released, while
+// `defer_` is set. Buffered: what a reader sees while the RocksDB log's
+// writer still holds them in its queue. Durable: a WAL whose syncs are slow.
 class DeferringLog final : public ForwardingLog {
  public:
-  using ForwardingLog::ForwardingLog;
+  explicit DeferringLog(wal::Log& inner,
+                        wal::Durability held = wal::Durability::kBuffered)
+      : ForwardingLog(inner), held_durability_(held) {}
   void Append(wal::AppendRequest r, wal::AppendDone done) override {
-    if (r.durability == wal::Durability::kBuffered && defer_) {
+    if (r.durability == held_durability_ && defer_) {
       held_.emplace_back(std::move(r), std::move(done));
       return;
     }
@@ -659,6 +662,9 @@ class DeferringLog final : public ForwardingLog {
 
   bool defer_ = true;
   std::vector<std::pair<wal::AppendRequest, wal::AppendDone>> held_;
+
+ private:
+  wal::Durability held_durability_;
 };
 
 TEST_CASE(
@@ -918,29 +924,6 @@ TEST_CASE(
   h.driver.reset();
 }
 
-// A log that holds durable appends while `hold_` is set: a WAL whose syncs
-// are slow.
-class SlowSyncLog final : public ForwardingLog {
- public:
-  using ForwardingLog::ForwardingLog;
-  void Append(wal::AppendRequest r, wal::AppendDone done) override {
-    if (hold_ && r.durability == wal::Durability::kDurable) {
-      held_.emplace_back(std::move(r), std::move(done));
-      return;
-    }
-    inner_.Append(std::move(r), std::move(done));
-  }
-  void Release() {
-    hold_ = false;
-    auto held = std::move(held_);
-    held_.clear();
-    for (auto& [r, d] : held) inner_.Append(std::move(r), std::move(d));
-  }
-
-  bool hold_ = true;
-  std::vector<std::pair<wal::AppendRequest, wal::AppendDone>> held_;
-};
-
 TEST_CASE(
     "recovery counts its window on durable decisions: a slow WAL lets no "
     "more transactions in",
@@ -950,7 +933,7 @@ TEST_CASE(
   Harness h(2, o);
   // 120 s try-deadlines outlast the slow disk below.
   h.RegisterWith("driver.before_try_send=error", "s", 20, 120'000);
-  SlowSyncLog slow(h.log);
+  DeferringLog slow(h.log, wal::Durability::kDurable);  // slow syncs
   WindowObserver window;
   h.CrashAndRestart(o, slow, &window);
   // Three are resumed and decided, their decisions wait for the disk: no
@@ -959,6 +942,7 @@ TEST_CASE(
   h.Run([] { return false; }, 5'000);
   CHECK(slow.held_.size() == 3);
   CHECK(window.queried.size() == 3);
+  slow.defer_ = false;
   slow.Release();
   REQUIRE(h.Run([&] { return h.AllFinal("s", 20); }));
   for (int i = 0; i < 20; ++i) {

@@ -36,6 +36,15 @@ std::string_view JoinKey(std::initializer_list<std::string_view> parts) {
   return key;
 }
 
+// The counter of `family` whose one label `name` is `value`, from `cache`.
+prometheus::Counter& OneLabel(SeriesCache<prometheus::Counter>& cache,
+                              prometheus::Family<prometheus::Counter>& family,
+                              const char* name, const std::string& value) {
+  return cache.Get(value, [&]() -> prometheus::Counter& {
+    return family.Add({{name, value}});
+  });
+}
+
 }  // namespace
 
 CoordinatorMetrics::CoordinatorMetrics(
@@ -123,22 +132,12 @@ CoordinatorMetrics::CoordinatorMetrics(
                   .Register(*registry_)) {}
 
 void CoordinatorMetrics::TransactionAccepted() {
-  txns_cache_
-      .Get("accepted",
-           [&]() -> prometheus::Counter& {
-             return txns_.Add({{"event", "accepted"}});
-           })
-      .Increment();
+  OneLabel(txns_cache_, txns_, "event", "accepted").Increment();
 }
 
 void CoordinatorMetrics::TransactionFinished(const std::string& final_state,
                                              double duration_seconds) {
-  txns_cache_
-      .Get(final_state,
-           [&]() -> prometheus::Counter& {
-             return txns_.Add({{"event", final_state}});
-           })
-      .Increment();
+  OneLabel(txns_cache_, txns_, "event", final_state).Increment();
   txn_duration_cache_
       .Get(final_state,
            [&]() -> prometheus::Histogram& {
@@ -169,31 +168,16 @@ void CoordinatorMetrics::BranchCall(const std::string& phase,
 }
 
 void CoordinatorMetrics::Retry(const std::string& phase) {
-  retries_cache_
-      .Get(phase,
-           [&]() -> prometheus::Counter& {
-             return retries_.Add({{"phase", phase}});
-           })
-      .Increment();
+  OneLabel(retries_cache_, retries_, "phase", phase).Increment();
 }
 
 void CoordinatorMetrics::UnknownOutcome(const std::string& phase) {
-  unknown_cache_
-      .Get(phase,
-           [&]() -> prometheus::Counter& {
-             return unknown_.Add({{"phase", phase}});
-           })
-      .Increment();
+  OneLabel(unknown_cache_, unknown_, "phase", phase).Increment();
 }
 
 void CoordinatorMetrics::UnknownResolved(const std::string& how,
                                          double age_seconds) {
-  unknown_resolved_cache_
-      .Get(how,
-           [&]() -> prometheus::Counter& {
-             return unknown_resolved_.Add({{"how", how}});
-           })
-      .Increment();
+  OneLabel(unknown_resolved_cache_, unknown_resolved_, "how", how).Increment();
   unknown_age_cache_
       .Get("",
            [&]() -> prometheus::Histogram& {
@@ -203,12 +187,7 @@ void CoordinatorMetrics::UnknownResolved(const std::string& how,
 }
 
 void CoordinatorMetrics::Lookup(const std::string& answer) {
-  lookups_cache_
-      .Get(answer,
-           [&]() -> prometheus::Counter& {
-             return lookups_.Add({{"answer", answer}});
-           })
-      .Increment();
+  OneLabel(lookups_cache_, lookups_, "answer", answer).Increment();
 }
 
 void CoordinatorMetrics::SetStuckBranches(int64_t n) {
