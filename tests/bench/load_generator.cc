@@ -67,6 +67,9 @@ double Seconds(Clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
 
+// How long after the window an open loop behind its schedule still sends.
+constexpr std::chrono::seconds kLateSendGrace{1};
+
 Clock::duration FromSeconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(s));
@@ -264,8 +267,12 @@ LoadResult LoadRun::Execute() {
       }
     };
     int sent = 0;
-    // Sends stop at the window's end even when the schedule is behind: the
-    // run stays bounded, and what the schedule still held is counted below.
+    // A send that leaves late (this process was descheduled, or the machine
+    // stalled) still goes, timed from its scheduled start, so that the stall
+    // shows in the latency rather than vanishing (coordinated omission).
+    // Late sends stop kLateSendGrace after the window: the run stays
+    // bounded, and what the schedule still held is counted below.
+    const auto send_until = window_end_ + kLateSendGrace;
     while (next < window_end_) {
       if (!cpu_read && next >= window_start_) {
         std::this_thread::sleep_until(window_start_);
@@ -274,13 +281,13 @@ LoadResult LoadRun::Execute() {
       std::this_thread::sleep_until(next);
       {
         std::unique_lock<std::mutex> lock(mu_);
-        answered_.wait_until(lock, window_end_, [&] {
+        answered_.wait_until(lock, send_until, [&] {
           return in_flight_ < options_.max_in_flight;
         });
         if (in_flight_ >= options_.max_in_flight) break;
       }
       const auto now = Clock::now();
-      if (now >= window_end_) break;
+      if (now >= send_until) break;
       if (next >= window_start_) {
         result_.max_send_lag_ms =
             std::max(result_.max_send_lag_ms, Seconds(now - next) * 1000.0);

@@ -79,8 +79,9 @@ struct LoadResult {
   // Errors by kind: a gRPC status code name ("UNAVAILABLE"),
   // "NOT_FINAL:<state>" (answered before a final state), "WRONG_GID" (the
   // answer is about another transaction), or, in open loop, "UNSENT"
-  // (scheduled in the window but not sent by its end: the target could not
-  // keep up, or max_in_flight was reached).
+  // (scheduled in the window but not sent by 1 s after its end: the target
+  // could not keep up, or max_in_flight was reached). A send that leaves
+  // late is timed from its scheduled start.
   std::map<std::string, uint64_t> errors;
   // Latency of the completed transactions (not of the errors).
   LatencySummary latency;
