@@ -437,5 +437,130 @@ TEST_CASE("an unknown format version or a corrupt stored value is DATA_LOSS") {
   }
 }
 
+// The recovery scan warms the writer's index with the summaries it read
+// (as of its snapshot). A transaction changed after that snapshot, and
+// dropped from the index before the warm-up arrives, must not be warmed
+// back to its old summary: the next append would be planned against it.
+TEST_CASE("a scan's warm-up never brings back a summary changed after it") {
+  TempDir dir;
+  RocksDbLogOptions options;
+  options.data_dir = dir.str();
+  {
+    auto log = OpenOrDie(options);
+    REQUIRE(AppendAndWait(*log, Req("g", {MakeRegistered("g", 1)})).ok());
+    REQUIRE(AppendAndWait(*log, Req("g", {Marker(1)})).ok());
+  }
+  auto log = OpenOrDie(options);  // an empty index, as after a restart
+  REQUIRE(failpoint::Configure("wal.scan_before_warm=sleep(800)").ok());
+  std::vector<TxnLog> seen;
+  std::thread scan([&] {
+    CHECK(log->ScanUnfinished([&](TxnLog txn) {
+               seen.push_back(std::move(txn));
+               return absl::OkStatus();
+             })
+              .ok());
+  });
+  // The scan has read "g" (2 records, TRYING) and stalls before warming:
+  // meanwhile "g" is decided and finished, and leaves the index (final).
+  for (int i = 0; i < 500 && failpoint::Hits("wal.scan_before_warm") == 0;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(failpoint::Hits("wal.scan_before_warm") == 1);
+  REQUIRE(
+      AppendAndWait(*log, Req("g", {MakeDecided(Decision::kConfirm),
+                                    MakeFinished(TxnState::kConfirmed, 2000)}))
+          .ok());
+  scan.join();
+  REQUIRE(failpoint::Configure("").ok());
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0].records.size() == 2);
+  // Planned against the stale summary (2 records, TRYING) this would
+  // overwrite the third record and make "g" unfinished again; against the
+  // truth it is the fifth.
+  REQUIRE(
+      AppendAndWait(*log, Req("g", {Marker(2)}, Durability::kBuffered)).ok());
+  absl::StatusOr<TxnLog> g = log->Read("g");
+  REQUIRE(g.ok());
+  CHECK(g->summary.state == TxnState::kConfirmed);
+  REQUIRE(g->records.size() == 5);
+  CHECK(std::holds_alternative<Decided>(g->records[2]));
+  CHECK(std::holds_alternative<Finished>(g->records[3]));
+  CHECK(std::holds_alternative<PhaseUpdate>(g->records[4]));
+  CHECK(log->Stats().unfinished == 0);
+}
+
+// The same history with and without a scan before it: the warmed index
+// plans every append as one loaded from the database would (record
+// numbers, byte counts, the unfinished count).
+TEST_CASE("appends after a scan's warm-up write what a cold index writes") {
+  auto run = [](bool scan) {
+    TempDir dir;
+    RocksDbLogOptions options;
+    options.data_dir = dir.str();
+    {
+      auto log = OpenOrDie(options);
+      for (int i = 0; i < 600; ++i) {  // more than one warm-up batch
+        const std::string gid = "g" + std::to_string(i);
+        REQUIRE(
+            AppendAndWait(*log, Req(gid, {MakeRegistered(gid, 1 + i)})).ok());
+        for (uint32_t k = 1; k <= static_cast<uint32_t>(i % 3); ++k) {
+          REQUIRE(
+              AppendAndWait(*log, Req(gid, {Marker(k)}, Durability::kBuffered))
+                  .ok());
+        }
+      }
+    }
+    std::vector<std::string> history;
+    {
+      auto log = OpenOrDie(options);
+      if (scan) {
+        int visited = 0;
+        REQUIRE(log->ScanUnfinished([&](TxnLog) {
+                     ++visited;
+                     return absl::OkStatus();
+                   })
+                    .ok());
+        CHECK(visited == 600);
+      }
+      for (int i = 0; i < 600; ++i) {
+        const std::string gid = "g" + std::to_string(i);
+        std::vector<Record> more = {Marker(7)};
+        if (i % 2 == 0) {
+          more.push_back(MakeDecided(Decision::kCancel));
+          more.push_back(MakeFinished(TxnState::kCancelled, 5000));
+        }
+        REQUIRE(AppendAndWait(*log, Req(gid, std::move(more))).ok());
+      }
+      CHECK(log->Stats().unfinished == 300);
+      for (int i = 0; i < 600; ++i) {
+        absl::StatusOr<TxnLog> txn = log->Read("g" + std::to_string(i));
+        REQUIRE(txn.ok());
+        history.push_back(absl::StrCat(txn->summary.gid, " ",
+                                       static_cast<int>(txn->summary.state),
+                                       " ", txn->records.size()));
+      }
+    }
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::OpenForReadOnly(rocksdb::Options(),
+                                         (dir.path() / "db").string(), &raw)
+                .ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    // Every key and value: record numbers, stored summaries with their
+    // counts, indexes, the live byte count.
+    std::unique_ptr<rocksdb::Iterator> it(
+        db->NewIterator(rocksdb::ReadOptions()));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      history.push_back(it->key().ToString() + "=" + it->value().ToString());
+    }
+    REQUIRE(it->status().ok());
+    return history;
+  };
+  const std::vector<std::string> cold = run(false);
+  const std::vector<std::string> warmed = run(true);
+  CHECK(cold.size() > 600 * 3);
+  CHECK(warmed == cold);
+}
+
 }  // namespace
 }  // namespace tcc::wal::testing

@@ -14,6 +14,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -149,12 +150,15 @@ struct SummaryEntry {
 // One unit of work for the writer thread. Most are appends; an approval is
 // behind a pointer so that moving an append through the queue stays cheap.
 struct WorkItem {
-  enum class Kind { kAppend, kApproval, kEpoch, kRetention };
+  // kWarm: summaries the recovery scan read, for the writer's index (writes
+  // nothing; see ScanUnfinished). kWarmEnd: that scan is over.
+  enum class Kind { kAppend, kApproval, kEpoch, kRetention, kWarm, kWarmEnd };
   Kind kind = Kind::kAppend;
   bool durable = true;
   AppendRequest append;
   std::unique_ptr<Approval> approval;  // kApproval
   std::vector<std::pair<std::string, internal::RetentionStep>> removals;
+  std::vector<std::pair<std::string, SummaryEntry>> warm;  // kWarm
   uint64_t* epoch_out = nullptr;  // kEpoch: where the new epoch goes
   AppendDone done;
 };
@@ -253,6 +257,8 @@ class RocksDbLog::Impl {
                            IndexEntry& entry);
   // Drops the entries the group settled, and all when there are too many.
   void Settle(GroupView& view);
+  // kWarm and kWarmEnd.
+  void ApplyWarm(WorkItem& item);
   absl::StatusOr<std::optional<Approval>> ViewApproval(GroupView& view,
                                                        const std::string& id);
   // Stops the log: completes everything written or queued, then `own`
@@ -260,13 +266,18 @@ class RocksDbLog::Impl {
   template <typename Items>
   void FailStop(absl::Status status, Items& own);
 
+  // `encoded_size`, when given, gets the size of the stored summary.
   absl::StatusOr<std::optional<StoredSummary>> GetSummary(
-      const rocksdb::ReadOptions& ro, std::string_view gid);
+      const rocksdb::ReadOptions& ro, std::string_view gid,
+      size_t* encoded_size = nullptr);
   // `records`, when given, is an iterator with the same read options,
-  // reused (the scan reads thousands of transactions).
+  // reused (the scan reads thousands of transactions). `warm`, when given,
+  // gets the summary as the writer's index holds it (exact counts), unless
+  // the summary is compacted (then warm->encoded_size stays 0).
   absl::StatusOr<TxnLog> ReadTxn(const rocksdb::ReadOptions& ro,
                                  std::string_view gid,
-                                 rocksdb::Iterator* records = nullptr);
+                                 rocksdb::Iterator* records = nullptr,
+                                 SummaryEntry* warm = nullptr);
   // Runs `item` through the writer and waits for it.
   absl::Status SubmitAndWait(WorkItem item);
 
@@ -283,6 +294,15 @@ class RocksDbLog::Impl {
   // truth: an entry not here is loaded from them.
   static constexpr size_t kMaxIndexed = 1 << 18;
   std::unordered_map<std::string, IndexEntry> index_;
+  // Warming the index from recovery scans (ScanUnfinished). A scan counts
+  // itself in warming_scans_ before it takes its snapshot; while any does,
+  // Settle notes every gid it drops in dropped_while_warming_ (and a clear
+  // of the whole index in warm_cleared_), and a warm entry for such a gid
+  // is not taken: the writer may have changed it after the snapshot. An
+  // entry already in the index is newer than any snapshot and stays.
+  std::atomic<int> warming_scans_{0};
+  std::unordered_set<std::string> dropped_while_warming_;  // writer only
+  bool warm_cleared_ = false;                              // writer only
   // Reused by the writer for every group, so that appends allocate less.
   rocksdb::WriteBatch batch_;
   std::string key_buf_;
@@ -464,6 +484,8 @@ void RocksDbLog::Impl::Enqueue(WorkItem item) {
     }
   }
   if (!refused.ok()) {
+    // A stopped log has no index to warm: the scan is over for it.
+    if (item.kind == WorkItem::Kind::kWarmEnd) warming_scans_.fetch_sub(1);
     if (item.done) item.done(std::move(refused));
     return;
   }
@@ -575,16 +597,44 @@ absl::Status RocksDbLog::Impl::LoadSummary(GroupView& view,
 }
 
 void RocksDbLog::Impl::Settle(GroupView& view) {
+  const bool warming = warming_scans_.load() > 0;
   for (const std::string& gid : view.settled) {
     auto it = index_.find(gid);
     if (it != index_.end() &&
         (!it->second.present ||
          IsFinal(it->second.summary.stored.summary.state))) {
       index_.erase(it);
+      if (warming) dropped_while_warming_.insert(gid);
     }
   }
   view.settled.clear();
-  if (index_.size() > kMaxIndexed) index_.clear();
+  if (index_.size() > kMaxIndexed) {
+    index_.clear();
+    if (warming) warm_cleared_ = true;
+  }
+}
+
+void RocksDbLog::Impl::ApplyWarm(WorkItem& item) {
+  if (item.kind == WorkItem::Kind::kWarmEnd) {
+    // Counted down only now: every Settle before this point has noted its
+    // drops for the scan's warm entries, all of which came before. A scan
+    // that starts later takes its snapshot after every drop noted so far.
+    if (warming_scans_.fetch_sub(1) == 1) {
+      dropped_while_warming_.clear();
+      warm_cleared_ = false;
+    }
+    return;
+  }
+  for (auto& [gid, entry] : item.warm) {
+    // Half the index at most: warming must not make Settle clear it.
+    if (warm_cleared_ || index_.size() >= kMaxIndexed / 2) return;
+    if (dropped_while_warming_.count(gid) != 0) continue;
+    auto [it, inserted] = index_.try_emplace(std::move(gid));
+    if (inserted) {
+      it->second.present = true;
+      it->second.summary = std::move(entry);
+    }
+  }
 }
 
 absl::StatusOr<std::optional<Approval>> RocksDbLog::Impl::ViewApproval(
@@ -779,6 +829,9 @@ absl::Status RocksDbLog::Impl::ApplyItem(WorkItem& item, GroupView& view,
       return absl::OkStatus();
     case WorkItem::Kind::kRetention:
       return ApplyRemovals(item, view, batch);
+    case WorkItem::Kind::kWarm:
+    case WorkItem::Kind::kWarmEnd:
+      break;  // ProcessGroup's
   }
   return absl::InternalError("unknown work item");
 }
@@ -808,6 +861,11 @@ void RocksDbLog::Impl::ProcessGroup(std::vector<WorkItem>& group) {
   std::vector<std::pair<WorkItem*, absl::Status>> refused;
   bool needs_sync = false;
   for (WorkItem& item : group) {
+    if (item.kind == WorkItem::Kind::kWarm ||
+        item.kind == WorkItem::Kind::kWarmEnd) {
+      ApplyWarm(item);  // writes nothing, answers nobody
+      continue;
+    }
     // Each item's puts go in whole or not at all. ApplyItem checks
     // everything before it changes the view or the batch, so a refused item
     // left both as they were (the savepoint is a second guard).
@@ -959,11 +1017,13 @@ absl::StatusOr<uint64_t> RocksDbLog::Impl::TakeOwnerEpoch() {
 }
 
 absl::StatusOr<std::optional<StoredSummary>> RocksDbLog::Impl::GetSummary(
-    const rocksdb::ReadOptions& ro, std::string_view gid) {
+    const rocksdb::ReadOptions& ro, std::string_view gid,
+    size_t* encoded_size) {
   std::string value;
   rocksdb::Status s = db_->Get(ro, keys::Summary(gid), &value);
   if (s.IsNotFound()) return std::optional<StoredSummary>();
   if (!s.ok()) return FromRocks(s, "reading a summary");
+  if (encoded_size != nullptr) *encoded_size = value.size();
   absl::StatusOr<StoredSummary> stored = internal::DecodeSummary(value);
   if (!stored.ok()) return stored.status();
   return std::optional<StoredSummary>(*std::move(stored));
@@ -971,12 +1031,23 @@ absl::StatusOr<std::optional<StoredSummary>> RocksDbLog::Impl::GetSummary(
 
 absl::StatusOr<TxnLog> RocksDbLog::Impl::ReadTxn(const rocksdb::ReadOptions& ro,
                                                  std::string_view gid,
-                                                 rocksdb::Iterator* records) {
-  absl::StatusOr<std::optional<StoredSummary>> stored = GetSummary(ro, gid);
+                                                 rocksdb::Iterator* records,
+                                                 SummaryEntry* warm) {
+  size_t encoded_size = 0;
+  absl::StatusOr<std::optional<StoredSummary>> stored =
+      GetSummary(ro, gid, &encoded_size);
   if (!stored.ok()) return stored.status();
   if (!stored->has_value()) {
     return absl::NotFoundError(
         absl::StrCat("gid ", std::string(gid), " is not in the log"));
+  }
+  if ((*stored)->summary.compacted) warm = nullptr;
+  if (warm != nullptr) {
+    // As LoadSummary makes it: counts from the records themselves.
+    warm->stored = **stored;
+    warm->stored.record_count = 0;
+    warm->stored.record_bytes = 0;
+    warm->encoded_size = encoded_size;
   }
   TxnLog txn;
   txn.summary = std::move((*stored)->summary);
@@ -990,6 +1061,18 @@ absl::StatusOr<TxnLog> RocksDbLog::Impl::ReadTxn(const rocksdb::ReadOptions& ro,
   }
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
+    if (warm != nullptr) {
+      std::string_view seq_bytes =
+          it->key().ToStringView().substr(prefix.size());
+      uint64_t seq = 0;
+      if (!internal::GetU64(seq_bytes, seq) || !seq_bytes.empty()) {
+        return absl::DataLossError(absl::StrCat(
+            "WAL: malformed record key of gid ", std::string(gid)));
+      }
+      StoredSummary& counts = warm->stored;
+      counts.record_count = std::max(counts.record_count, seq + 1);
+      counts.record_bytes += it->key().size() + it->value().size();
+    }
     absl::StatusOr<Record> record = internal::DecodeRecord(
         std::string_view(it->value().data(), it->value().size()));
     if (!record.ok()) {
@@ -1074,29 +1157,69 @@ absl::StatusOr<ListPage> RocksDbLog::Impl::List(const ListQuery& query) {
 
 absl::Status RocksDbLog::Impl::ScanUnfinished(
     const std::function<absl::Status(TxnLog)>& visit) {
+  // The scan hands what it read to the writer's index (kWarm), in batches,
+  // each before its transactions are visited: whoever resumes them appends
+  // at once, and the writer then finds their summaries in memory instead of
+  // reading each from RocksDB again. Counted before the snapshot (see
+  // warming_scans_); the writer counts it down at kWarmEnd.
+  warming_scans_.fetch_add(1);
+  auto end_warming = [this] {
+    WorkItem end;
+    end.kind = WorkItem::Kind::kWarmEnd;
+    Enqueue(std::move(end));
+  };
   rocksdb::ManagedSnapshot snapshot(db_.get());
   rocksdb::ReadOptions ro;
   ro.snapshot = snapshot.snapshot();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(ro));
   std::unique_ptr<rocksdb::Iterator> records(db_->NewIterator(ro));
+  constexpr size_t kBatch = 256;
+  std::vector<TxnLog> batch;
+  WorkItem warm;
+  warm.kind = WorkItem::Kind::kWarm;
+  auto visit_batch = [&]() -> absl::Status {
+    // A place for tests to stall the scan between its reads and the warming
+    // (errors are ignored: warming is never required).
+    (void)failpoint::Eval("wal.scan_before_warm");
+    if (!warm.warm.empty()) Enqueue(std::move(warm));
+    warm = WorkItem();
+    warm.kind = WorkItem::Kind::kWarm;
+    for (TxnLog& txn : batch) {
+      if (absl::Status s = visit(std::move(txn)); !s.ok()) return s;
+    }
+    batch.clear();
+    return absl::OkStatus();
+  };
+  absl::Status status;
   for (it->Seek("u/"); it->Valid() && it->key().starts_with("u/"); it->Next()) {
     int64_t registered_at_ms = 0;
     std::string gid;
     if (!keys::ParseTimeIndex(it->key().ToStringView(), registered_at_ms,
                               gid)) {
-      return absl::DataLossError("WAL: malformed unfinished index key");
+      status = absl::DataLossError("WAL: malformed unfinished index key");
+      break;
     }
-    absl::StatusOr<TxnLog> txn = ReadTxn(ro, gid, records.get());
+    SummaryEntry entry;
+    absl::StatusOr<TxnLog> txn = ReadTxn(ro, gid, records.get(), &entry);
     if (!txn.ok()) {
-      if (absl::IsNotFound(txn.status())) {
-        return absl::DataLossError(absl::StrCat(
+      status = txn.status();
+      if (absl::IsNotFound(status)) {
+        status = absl::DataLossError(absl::StrCat(
             "WAL: gid ", gid, " is indexed unfinished but has no summary"));
       }
-      return txn.status();
+      break;
     }
-    if (absl::Status s = visit(*std::move(txn)); !s.ok()) return s;
+    if (entry.encoded_size != 0) warm.warm.emplace_back(gid, std::move(entry));
+    batch.push_back(*std::move(txn));
+    if (batch.size() == kBatch) {
+      status = visit_batch();
+      if (!status.ok()) break;
+    }
   }
-  return FromRocks(it->status(), "scanning unfinished");
+  if (status.ok()) status = FromRocks(it->status(), "scanning unfinished");
+  if (status.ok()) status = visit_batch();
+  end_warming();
+  return status;
 }
 
 absl::Status RocksDbLog::Impl::RunRetention(int64_t now_ms) {
