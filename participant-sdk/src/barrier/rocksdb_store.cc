@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "barrier/internal/record_codec.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/table.h"
 #include "tcc/failpoint/failpoint.h"
 
 namespace tcc::barrier {
@@ -157,9 +159,21 @@ absl::StatusOr<std::unique_ptr<RocksDbBarrierStore>> RocksDbBarrierStore::Open(
   txn_db_options.transaction_lock_timeout =
       store->options_.lock_timeout.count();
   txn_db_options.default_lock_timeout = store->options_.lock_timeout.count();
+  // Bloom filters in every table, and for the barrier records in the
+  // memtable too: most barrier lookups miss (a Try's first look at its key,
+  // a Query after a crash), and without a filter a miss searches the whole
+  // memtable and probes every table.
+  rocksdb::BlockBasedTableOptions table_options;
+  table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  rocksdb::ColumnFamilyOptions data_family;
+  data_family.table_factory.reset(
+      rocksdb::NewBlockBasedTableFactory(table_options));
+  rocksdb::ColumnFamilyOptions barrier_family = data_family;
+  barrier_family.memtable_prefix_bloom_size_ratio = 0.02;
+  barrier_family.memtable_whole_key_filtering = true;
   std::vector<rocksdb::ColumnFamilyDescriptor> families = {
-      {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
-      {kBarrierFamily, rocksdb::ColumnFamilyOptions()}};
+      {rocksdb::kDefaultColumnFamilyName, data_family},
+      {kBarrierFamily, barrier_family}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::TransactionDB* db = nullptr;
   rocksdb::Status s = rocksdb::TransactionDB::Open(db_options, txn_db_options,
