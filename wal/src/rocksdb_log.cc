@@ -145,6 +145,21 @@ struct SummaryEntry {
   size_t encoded_size = 0;
 };
 
+// Adds the record under `it` (a key of `gid` whose prefix is `prefix_size`
+// long) to the exact counts the writer keeps.
+absl::Status CountRecord(const rocksdb::Iterator& it, size_t prefix_size,
+                         std::string_view gid, StoredSummary& counts) {
+  std::string_view seq_bytes = it.key().ToStringView().substr(prefix_size);
+  uint64_t seq = 0;
+  if (!internal::GetU64(seq_bytes, seq) || !seq_bytes.empty()) {
+    return absl::DataLossError(
+        absl::StrCat("WAL: malformed record key of gid ", std::string(gid)));
+  }
+  counts.record_count = std::max(counts.record_count, seq + 1);
+  counts.record_bytes += it.key().size() + it.value().size();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // One unit of work for the writer thread. Most are appends; an approval is
@@ -580,14 +595,10 @@ absl::Status RocksDbLog::Impl::LoadSummary(GroupView& view,
   rocksdb::Iterator* it = view.records.get();
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
-    std::string_view seq_bytes = it->key().ToStringView().substr(prefix.size());
-    uint64_t seq = 0;
-    if (!internal::GetU64(seq_bytes, seq) || !seq_bytes.empty()) {
-      return absl::DataLossError(
-          absl::StrCat("WAL: malformed record key of gid ", gid));
+    if (absl::Status s = CountRecord(*it, prefix.size(), gid, counts);
+        !s.ok()) {
+      return s;
     }
-    counts.record_count = std::max(counts.record_count, seq + 1);
-    counts.record_bytes += it->key().size() + it->value().size();
   }
   if (absl::Status st = FromRocks(it->status(), "reading records"); !st.ok()) {
     return st;
@@ -1062,16 +1073,10 @@ absl::StatusOr<TxnLog> RocksDbLog::Impl::ReadTxn(const rocksdb::ReadOptions& ro,
   for (it->Seek(prefix); it->Valid() && it->key().starts_with(prefix);
        it->Next()) {
     if (warm != nullptr) {
-      std::string_view seq_bytes =
-          it->key().ToStringView().substr(prefix.size());
-      uint64_t seq = 0;
-      if (!internal::GetU64(seq_bytes, seq) || !seq_bytes.empty()) {
-        return absl::DataLossError(absl::StrCat(
-            "WAL: malformed record key of gid ", std::string(gid)));
+      if (absl::Status s = CountRecord(*it, prefix.size(), gid, warm->stored);
+          !s.ok()) {
+        return s;
       }
-      StoredSummary& counts = warm->stored;
-      counts.record_count = std::max(counts.record_count, seq + 1);
-      counts.record_bytes += it->key().size() + it->value().size();
     }
     absl::StatusOr<Record> record = internal::DecodeRecord(
         std::string_view(it->value().data(), it->value().size()));
