@@ -41,7 +41,7 @@ class GrpcTransport final : public runtime::ParticipantTransport {
  public:
   struct Options {
     bool allow_direct_targets = false;
-    int rpcs_in_flight = 2;
+    int rpcs_in_flight = 1;
     int batch_max_calls = 256;
     int64_t batch_max_bytes = 1024 * 1024;
     int max_outstanding = 512;

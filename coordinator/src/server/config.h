@@ -97,7 +97,7 @@ struct CircuitBreakerConfig {
 // `max_outstanding` in flight. batch_max_calls 1: no batching, single calls
 // up to `max_outstanding`.
 struct ParticipantCallsConfig {
-  uint32_t rpcs_in_flight = 2;
+  uint32_t rpcs_in_flight = 1;
   uint32_t batch_max_calls = 256;
   uint64_t batch_max_bytes = 1024 * 1024;
   uint32_t max_outstanding = 512;
