@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "barrier/barrier_harness.h"
@@ -332,6 +333,94 @@ TEST_CASE("transport: a participant without Batch gets single calls",
     GrpcTransport::Stats s = h.transport->stats();
     CHECK(s.batch_fallbacks == 1);
     CHECK(s.batches >= 1);  // the refused one
+    server->Shutdown();
+  }
+}
+
+// Single calls wait 300 ms, then fail UNAVAILABLE; a Batch fails
+// UNAVAILABLE at once, or answers each call with UNAVAILABLE when
+// `per_call_errors` (the participant reached, each call refused).
+class FailingParticipant final : public v1::Participant::Service {
+ public:
+  explicit FailingParticipant(bool per_call_errors)
+      : per_call_errors_(per_call_errors) {}
+  grpc::Status Try(grpc::ServerContext*, const v1::BranchRequest*,
+                   v1::BranchResponse*) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "single down");
+  }
+  grpc::Status Batch(grpc::ServerContext*, const v1::BatchRequest* req,
+                     v1::BatchResponse* resp) override {
+    if (!per_call_errors_) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "batch down");
+    }
+    for (int i = 0; i < req->calls_size(); ++i) {
+      v1::BatchResult* r = resp->add_results();
+      r->set_code(static_cast<int>(absl::StatusCode::kUnavailable));
+      r->set_error_message("call refused");
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  const bool per_call_errors_;
+};
+
+TEST_CASE("transport: every error of one Batch carries that Batch's id",
+          "[integration]") {
+  const bool per_call = GENERATE(false, true);
+  INFO("per-call errors: " << per_call);
+  FailingParticipant service(per_call);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  {
+    // The server stops before the client (see above).
+    Harness h("127.0.0.1:" + std::to_string(port),
+              {.rpcs_in_flight = 1, .batch_max_calls = 64});
+    // Two rounds, each to its own participant name (its own window, on the
+    // same server): the first call of each leaves alone (the window is
+    // empty) and holds the window 300 ms; the other ten wait and leave
+    // together as one Batch when it ends.
+    REQUIRE(h.client.Add("q", "127.0.0.1:" + std::to_string(port)).ok());
+    std::vector<uint64_t> batch_ids;
+    for (const std::string name : {"p", "q"}) {
+      wal::BranchSpec reserve = h.Spec("reserve");
+      reserve.participant = name;
+      constexpr int kN = 11;
+      Answers<runtime::BranchAnswer> tries(kN);
+      for (int i = 0; i < kN; ++i) {
+        h.transport->Call(h.Call(Gid(i), reserve, wal::Phase::kTry), 5000,
+                          tries.Slot(static_cast<size_t>(i)));
+      }
+      tries.Wait();
+      REQUIRE(tries.EachOnce());
+      REQUIRE_FALSE(tries[0].ok());
+      CHECK(tries[0].status().code() == absl::StatusCode::kUnavailable);
+      CHECK(runtime::RpcOf(tries[0].status()) == 0);  // a call of its own
+      const uint64_t id = tries[1].ok() ? 0 : runtime::RpcOf(tries[1].status());
+      CHECK(id != 0);
+      for (int i = 1; i < kN; ++i) {
+        INFO("participant " << name << ", call " << i);
+        REQUIRE_FALSE(tries[i].ok());
+        CHECK(tries[i].status().code() == absl::StatusCode::kUnavailable);
+        CHECK(runtime::RpcOf(tries[i].status()) == id);
+        // Stripped, the error reads as it did before it was tagged.
+        CHECK(runtime::UntagRpc(tries[i].status()).ToString() ==
+              (per_call ? "UNAVAILABLE: call refused"
+                        : "UNAVAILABLE: batch down"));
+      }
+      batch_ids.push_back(id);
+    }
+    CHECK(batch_ids[0] != batch_ids[1]);
+    const GrpcTransport::Stats s = h.transport->stats();
+    CHECK(s.single_calls == 2);
+    CHECK(s.batches == 2);
+    CHECK(s.batched_calls == 20);
     server->Shutdown();
   }
 }

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "runtime/environment.h"
+
 namespace tcc::runtime {
 namespace {
 
@@ -100,6 +102,60 @@ TEST_CASE("circuit breaker: closed, open, half-open probe, closed",
         CircuitBreakers::Admit::kSend);  // the probe
   b.OnResult("p", false, 310, &changed);
   CHECK(b.State("p") == BreakerState::kOpen);
+}
+
+TEST_CASE("circuit breaker: the failed calls of one request count once",
+          "[policies]") {
+  CircuitBreakers b(BreakerOptions{3, 100});
+  bool changed = false;
+  // One batch of 64 calls timed out: one failure, not 64.
+  for (int i = 0; i < 64; ++i) b.OnResult("p", false, 0, &changed, 7);
+  CHECK(b.State("p") == BreakerState::kClosed);
+  // Another batch's failures, interleaved with the first one's stragglers.
+  b.OnResult("p", false, 1, &changed, 8);
+  b.OnResult("p", false, 1, &changed, 7);
+  b.OnResult("p", false, 1, &changed, 8);
+  CHECK(b.State("p") == BreakerState::kClosed);
+  CHECK_FALSE(changed);
+  // A third request fails: three failed requests in a row open it.
+  b.OnResult("p", false, 2, &changed, 9);
+  CHECK(changed);
+  CHECK(b.State("p") == BreakerState::kOpen);
+
+  // Untagged failures (single calls) each count.
+  CircuitBreakers single(BreakerOptions{3, 100});
+  single.OnResult("p", false, 0, &changed);
+  single.OnResult("p", false, 0, &changed);
+  CHECK(single.State("p") == BreakerState::kClosed);
+  single.OnResult("p", false, 0, &changed);
+  CHECK(single.State("p") == BreakerState::kOpen);
+
+  // A success between two failures of one request resets the count; the
+  // request's later failures still count only once.
+  CircuitBreakers mixed(BreakerOptions{2, 100});
+  mixed.OnResult("p", false, 0, &changed, 20);
+  mixed.OnResult("p", true, 0, &changed, 0);
+  mixed.OnResult("p", false, 0, &changed, 20);
+  mixed.OnResult("p", false, 0, &changed, 21);
+  CHECK(mixed.State("p") == BreakerState::kClosed);
+  mixed.OnResult("p", false, 0, &changed, 22);
+  CHECK(mixed.State("p") == BreakerState::kOpen);
+}
+
+TEST_CASE("rpc tags: set on errors only, read back, stripped", "[policies]") {
+  absl::Status err = absl::DeadlineExceededError("Deadline Exceeded");
+  CHECK(RpcOf(err) == 0);
+  TagRpc(err, 42);
+  CHECK(RpcOf(err) == 42);
+  CHECK(err.code() == absl::StatusCode::kDeadlineExceeded);
+  const absl::Status clean = UntagRpc(err);
+  CHECK(RpcOf(clean) == 0);
+  CHECK(clean == absl::DeadlineExceededError("Deadline Exceeded"));
+  CHECK(clean.ToString() == "DEADLINE_EXCEEDED: Deadline Exceeded");
+  absl::Status ok = absl::OkStatus();
+  TagRpc(ok, 42);
+  CHECK(ok.ok());
+  CHECK(RpcOf(ok) == 0);
 }
 
 }  // namespace

@@ -152,9 +152,11 @@ void GrpcTransport::SendBatch(const std::string& participant,
   // the batch (the calls keep their callbacks); until then they are copied,
   // to be sent alone if it has no Batch.
   bool known;
+  uint64_t batch_id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     known = windows_[participant].batch_known;
+    batch_id = ++next_batch_id_;
   }
   auto take = [known](auto& message) {
     return known ? std::move(message) : message;
@@ -180,7 +182,7 @@ void GrpcTransport::SendBatch(const std::string& participant,
   }
   client_.Batch(
       participant, std::move(request), timeout_ms,
-      [this, participant, calls = std::move(calls)](
+      [this, participant, batch_id, calls = std::move(calls)](
           absl::StatusOr<tcc::v1::BatchResponse> reply) mutable {
         if (!reply.ok() &&
             reply.status().code() == absl::StatusCode::kUnimplemented) {
@@ -207,26 +209,31 @@ void GrpcTransport::SendBatch(const std::string& participant,
               absl::StrCat("participant answered a batch of ", calls.size(),
                            " calls with ", reply->results_size(), " results"));
         }
+        // Every error below came with this one Batch: tagged with its id.
+        auto fail = [batch_id](Pending& c, absl::Status status) {
+          runtime::TagRpc(status, batch_id);
+          Fail(c, status);
+        };
         for (size_t i = 0; i < calls.size(); ++i) {
           Pending& c = calls[i];
           if (!reply.ok()) {
-            Fail(c, reply.status());
+            fail(c, reply.status());
             continue;
           }
           tcc::v1::BatchResult& r =
               *reply->mutable_results(static_cast<int>(i));
           if (r.code() != 0) {
-            Fail(c, absl::Status(static_cast<absl::StatusCode>(r.code()),
+            fail(c, absl::Status(static_cast<absl::StatusCode>(r.code()),
                                  r.error_message()));
           } else if (c.is_query) {
             if (!r.has_query()) {
-              Fail(c, absl::UnknownError("participant answered a batched "
+              fail(c, absl::UnknownError("participant answered a batched "
                                          "Query without its reply"));
             } else {
               OnQueryReply(std::move(*r.mutable_query()), c.query_done);
             }
           } else if (!r.has_branch()) {
-            Fail(c, absl::UnknownError(
+            fail(c, absl::UnknownError(
                         "participant answered a batched call without its "
                         "reply"));
           } else {

@@ -11,7 +11,9 @@
 // never waits for a batch to fill, only for a call already in flight. Each
 // call's timeout starts when it leaves; a batch's deadline is the longest of
 // its calls' timeouts. An error of the Batch itself is every call's error
-// (their outcomes unknown, as for the same error of each alone).
+// (their outcomes unknown, as for the same error of each alone). Every error
+// of a batched call is tagged with the Batch's id (runtime::TagRpc), so the
+// circuit breaker counts one failed Batch once.
 //
 // A participant answering Batch with UNIMPLEMENTED (a server without it; then
 // nothing in the batch ran) gets single calls from then on, at most
@@ -111,6 +113,7 @@ class GrpcTransport final : public runtime::ParticipantTransport {
 
   mutable std::mutex mu_;
   std::map<std::string, Window> windows_;  // by participant
+  uint64_t next_batch_id_ = 0;             // under mu_
   Stats stats_;
 };
 

@@ -108,11 +108,19 @@ CircuitBreakers::Admit CircuitBreakers::Admission(
 
 std::vector<std::function<void()>> CircuitBreakers::OnResult(
     const std::string& participant, bool reached, int64_t now_mono,
-    bool* changed) {
+    bool* changed, uint64_t rpc) {
   std::vector<std::function<void()>> release;
   std::lock_guard<std::mutex> lock(mu_);
   Breaker& b = breakers_[participant];
   const BreakerState before = b.state;
+  if (changed != nullptr) *changed = false;
+  if (!reached && rpc != 0) {
+    for (uint64_t seen : b.counted_rpcs) {
+      if (seen == rpc) return release;  // that request's failure counted
+    }
+    b.counted_rpcs[b.next_counted] = rpc;
+    b.next_counted = (b.next_counted + 1) % b.counted_rpcs.size();
+  }
   if (reached) {
     b.failures = 0;
     if (b.state != BreakerState::kClosed) {

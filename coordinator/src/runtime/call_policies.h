@@ -114,10 +114,13 @@ class CircuitBreakers {
                   int64_t now_mono, std::function<void()> held);
   // A call's result: `reached` when the participant answered (any outcome or
   // a non-transient error). Returns held calls to release now, and whether
-  // the state changed (for the observer).
+  // the state changed (for the observer). `rpc`: the id of the request that
+  // carried the call when it carried several (RpcOf); a failure of a request
+  // already counted (another call of the same batch) changes nothing, so
+  // one slow batch of 64 calls is one failure, not 64. 0: count it.
   std::vector<std::function<void()>> OnResult(const std::string& participant,
                                               bool reached, int64_t now_mono,
-                                              bool* changed);
+                                              bool* changed, uint64_t rpc = 0);
   // The open period passed: one held call becomes the probe (returned).
   std::vector<std::function<void()>> ProbeDue(const std::string& participant,
                                               int64_t now_mono);
@@ -133,6 +136,10 @@ class CircuitBreakers {
     int64_t opened_at = 0;
     bool probe_in_flight = false;
     std::deque<std::function<void()>> held;
+    // The requests whose failure was counted last (their other calls'
+    // failures arrive after, possibly interleaved with other requests').
+    std::array<uint64_t, 8> counted_rpcs{};
+    size_t next_counted = 0;
   };
   BreakerOptions options_;
   mutable std::mutex mu_;

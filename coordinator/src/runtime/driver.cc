@@ -734,10 +734,11 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
-  void BreakerResult(const std::string& participant, bool reached) {
+  void BreakerResult(const std::string& participant, bool reached,
+                     uint64_t rpc) {
     bool changed = false;
     auto release = breakers_.OnResult(participant, reached,
-                                      clock_.MonotonicMs(), &changed);
+                                      clock_.MonotonicMs(), &changed, rpc);
     if (changed) {
       const BreakerState st = breakers_.State(participant);
       observer_->OnBreaker(participant, st);
@@ -846,7 +847,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                   me.timeouts_.Observe(participant, kind,
                                        me.clock_.MonotonicMs() - start);
                 }
-                me.BreakerResult(participant, reached);
+                me.BreakerResult(participant, reached,
+                                 a.ok() ? 0 : RpcOf(a.status()));
                 core::CallReplyEvent e;
                 e.branch = c.branch;
                 e.phase = c.phase;
@@ -857,7 +859,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                   e.replayed = a->replayed;
                   e.message = a->message;
                 } else {
-                  e.status = a.status();
+                  e.status = UntagRpc(a.status());
                 }
                 me.Feed(sh, gid, e);
               },
@@ -900,7 +902,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                   me.timeouts_.Observe(participant, CallKind::kQuery,
                                        me.clock_.MonotonicMs() - start);
                 }
-                me.BreakerResult(participant, reached);
+                me.BreakerResult(participant, reached,
+                                 a.ok() ? 0 : RpcOf(a.status()));
                 core::QueryReplyEvent e = fail;
                 if (a.ok()) {
                   e.status = absl::OkStatus();
@@ -908,7 +911,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                   e.branch_hash = a->branch_hash;
                   e.authoritative = a->authoritative;
                 } else {
-                  e.status = a.status();
+                  e.status = UntagRpc(a.status());
                 }
                 me.Feed(sh, gid, e);
               },

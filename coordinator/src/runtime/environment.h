@@ -16,6 +16,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "core/transaction.h"
 #include "tcc/wal/records.h"
 
@@ -83,6 +85,30 @@ struct QueryAnswer {
   wal::Hash branch_hash{};
   bool authoritative = false;
 };
+
+// A transport that carries several calls in one request (a batch) tags each
+// of their errors with that request's id (TagRpc): a batch that times out
+// is one failure of the participant, not one per call it carried, and the
+// circuit breaker counts it once (CircuitBreakers::OnResult). Untagged
+// errors (id 0) each count. The driver strips the tag (UntagRpc) before an
+// error goes anywhere else (the core, logs, the WAL).
+inline constexpr char kRpcIdPayload[] = "tcc.rpc_id";
+inline void TagRpc(absl::Status& status, uint64_t rpc_id) {
+  if (!status.ok() && rpc_id != 0) {
+    status.SetPayload(kRpcIdPayload, absl::Cord(std::to_string(rpc_id)));
+  }
+}
+inline uint64_t RpcOf(const absl::Status& status) {
+  if (status.ok()) return 0;
+  const absl::optional<absl::Cord> p = status.GetPayload(kRpcIdPayload);
+  uint64_t id = 0;
+  if (!p.has_value() || !absl::SimpleAtoi(std::string(*p), &id)) return 0;
+  return id;
+}
+inline absl::Status UntagRpc(absl::Status status) {
+  status.ErasePayload(kRpcIdPayload);
+  return status;
+}
 
 using BranchDone = std::function<void(absl::StatusOr<BranchAnswer>)>;
 using QueryDone = std::function<void(absl::StatusOr<QueryAnswer>)>;
