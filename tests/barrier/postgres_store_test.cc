@@ -74,6 +74,52 @@ TEST_CASE("postgres: answers that write nothing leave no row behind",
                              ".tcc_barrier") == 0);
 }
 
+TEST_CASE(
+    "postgres: every transaction commits with synchronous_commit on, also on "
+    "a connection libpqxx quietly reconnected",
+    "[postgres]") {
+  PostgresEnv env;
+  // Sessions of this store start with synchronous_commit off, as on a
+  // server configured so.
+  const std::string url =
+      env.url() + (env.url().find('?') == std::string::npos ? "?" : "&") +
+      "application_name=tcc_sync_test&options=-c%20synchronous_commit%3Doff";
+  auto store =
+      barrier::PostgresBarrierStore::Open({.url = url, .schema = env.schema()});
+  REQUIRE(store.ok());
+  auto setting = [&]() -> absl::StatusOr<std::string> {
+    auto txn = (*store)->Begin();
+    if (!txn.ok()) return txn.status();
+    auto* pg = dynamic_cast<barrier::PostgresTxn*>(txn->get());
+    REQUIRE(pg != nullptr);
+    return pg->work().exec1("SHOW synchronous_commit")[0].as<std::string>();
+  };
+  auto first = setting();
+  REQUIRE(first.ok());
+  CHECK(*first == "on");
+  // The pooled connection's backend goes away. libpqxx 6.4 here fails the
+  // next use of that connection (the pool then drops it, and a new one gets
+  // the SET of Acquire); a libpqxx that reconnects it quietly would give a
+  // session without that SET, which the SET LOCAL of every transaction
+  // covers. Either way each transaction must see "on".
+  {
+    pqxx::connection admin(env.url());
+    pqxx::work w(admin);
+    w.exec(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+        "application_name = 'tcc_sync_test'");
+    w.commit();
+  }
+  int reconnected = 0;
+  for (int attempt = 0; attempt < 3 && reconnected == 0; ++attempt) {
+    auto again = setting();  // a broken connection may fail once first
+    if (!again.ok()) continue;
+    ++reconnected;
+    CHECK(*again == "on");
+  }
+  CHECK(reconnected == 1);
+}
+
 TEST_CASE("postgres: the migration is idempotent", "[postgres]") {
   PostgresEnv env;
   auto again = barrier::PostgresBarrierStore::Open(

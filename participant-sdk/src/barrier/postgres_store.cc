@@ -91,8 +91,13 @@ class PostgresBarrierStore::Txn final : public PostgresTxn {
   absl::Status Start() {
     return Guard("begin", [&]() -> absl::Status {
       work_ = std::make_unique<pqxx::work>(*conn_);
+      // synchronous_commit per transaction, not only per connection:
+      // libpqxx quietly reconnects a connection that broke while idle, and
+      // the new session has the server's default (maybe off), not what
+      // Acquire set. One round trip for both settings.
       work_->exec(absl::StrCat("SET LOCAL lock_timeout = '",
-                               store_.options_.lock_timeout.count(), "ms'"));
+                               store_.options_.lock_timeout.count(),
+                               "ms'; SET LOCAL synchronous_commit = on"));
       return absl::OkStatus();
     });
   }
