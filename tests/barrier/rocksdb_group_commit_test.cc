@@ -2,6 +2,7 @@
 // WhenDurable() answers once a sync covers everything committed before it
 // (or with the sync's error), and what was committed survives a reopen.
 #include <atomic>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -86,6 +87,46 @@ TEST_CASE("rocksdb group commit: a failed sync fails its waiters",
   store->reset();
   REQUIRE(done.load());
   CHECK_FALSE(result.ok());
+}
+
+TEST_CASE(
+    "rocksdb group commit: after a failed sync every later one fails too "
+    "(fail-stop)",
+    "[rocksdb]") {
+  TempDir dir;
+  FailpointsOff off;
+  auto store = barrier::RocksDbBarrierStore::Open(
+      {.path = dir.path() + "/db", .group_commit = true});
+  REQUIRE(store.ok());
+  auto durable = [&]() {
+    std::promise<absl::Status> p;
+    auto f = p.get_future();
+    (*store)->WhenDurable([&p](absl::Status s) { p.set_value(s); });
+    REQUIRE(f.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    return f.get();
+  };
+  REQUIRE(CommitPut(**store, "a").ok());
+  CHECK(durable().ok());
+  REQUIRE(failpoint::Configure("barrier.before_synced_commit=error").ok());
+  REQUIRE(CommitPut(**store, "b").ok());
+  const absl::Status failed = durable();
+  CHECK(failed.code() == absl::StatusCode::kUnavailable);
+  // The disk is "back": a sync would succeed now, but "b" may be lost
+  // whatever it says. Nothing is reported durable any more, written before
+  // the failure or after it, until the store is opened again.
+  REQUIRE(failpoint::Configure("").ok());
+  CHECK(durable().code() == absl::StatusCode::kUnavailable);
+  REQUIRE(CommitPut(**store, "c").ok());
+  const absl::Status later = durable();
+  CHECK(later.code() == absl::StatusCode::kUnavailable);
+  CHECK(later.message().find("failed sync") != std::string::npos);
+  store->reset();
+  auto reopened = barrier::RocksDbBarrierStore::Open(
+      {.path = dir.path() + "/db", .group_commit = true});
+  REQUIRE(reopened.ok());
+  store = std::move(reopened);
+  REQUIRE(CommitPut(**store, "d").ok());
+  CHECK(durable().ok());
 }
 
 TEST_CASE("rocksdb store without group commit: WhenDurable answers at once",

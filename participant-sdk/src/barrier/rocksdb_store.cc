@@ -218,8 +218,8 @@ void RocksDbBarrierStore::SyncerLoop() {
     // sync makes them all durable, and none is needed if nothing was
     // written since the last sync.
     const rocksdb::SequenceNumber sequence = db_->GetLatestSequenceNumber();
-    absl::Status status;
-    if (sequence > synced_sequence_) {
+    absl::Status status = sync_failure_;
+    if (status.ok() && sequence > synced_sequence_) {
       status = failpoint::Eval("barrier.before_synced_commit");
       if (status.ok()) {
         rocksdb::Status s = db_->SyncWAL();
@@ -228,6 +228,13 @@ void RocksDbBarrierStore::SyncerLoop() {
         } else {
           status = FromRocks(s, "sync of the WAL");
         }
+      }
+      if (!status.ok()) {
+        sync_failure_ = absl::UnavailableError(absl::StrCat(
+            "barrier store stopped after a failed sync (restart the "
+            "participant): ",
+            status.ToString()));
+        status = sync_failure_;
       }
     }
     for (auto& done : group) done(status);

@@ -15,7 +15,10 @@
 // thread makes every commit durable with one sync of RocksDB's WAL per group
 // of WhenDurable() callers (the WAL is written in order, so a sync covers
 // every commit before it); the failpoint barrier.before_synced_commit then
-// runs before each such sync.
+// runs before each such sync. A failed sync fails every later WhenDurable
+// too, until the store is opened again (fail-stop, as tccd's WAL): what was
+// committed before it may be lost whatever a later sync says, and a reply
+// must never say it is durable.
 //
 // Thread-safe; one RocksDbTxn per thread at a time.
 #pragma once
@@ -84,6 +87,10 @@ class RocksDbBarrierStore final : public BarrierStore {
   bool sync_stop_ = false;
   // The last sequence number known durable (syncer thread only).
   rocksdb::SequenceNumber synced_sequence_ = 0;
+  // The first failed sync, answered to every later group too (syncer thread
+  // only): after a failed fsync the kernel may have dropped the unsynced
+  // pages, so a later sync that succeeds proves nothing about them.
+  absl::Status sync_failure_;
   std::thread syncer_;
   std::unique_ptr<rocksdb::TransactionDB> db_;
   rocksdb::ColumnFamilyHandle* default_cf_ = nullptr;
