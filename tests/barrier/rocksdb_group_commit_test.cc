@@ -6,7 +6,9 @@
 #include <thread>
 #include <vector>
 
+#include "barrier/internal/record_codec.h"
 #include "barrier_harness.h"
+#include "rocksdb/db.h"
 #include "tcc/failpoint/failpoint.h"
 
 namespace tcc::testing {
@@ -127,6 +129,46 @@ TEST_CASE(
   store = std::move(reopened);
   REQUIRE(CommitPut(**store, "d").ok());
   CHECK(durable().ok());
+}
+
+TEST_CASE("rocksdb store: a corrupt barrier record is DATA_LOSS everywhere",
+          "[rocksdb]") {
+  TempDir dir;
+  const std::string path = dir.path() + "/db";
+  const barrier::BranchCall call = MakeCall("g", H());
+  {
+    auto store = barrier::RocksDbBarrierStore::Open({.path = path});
+    REQUIRE(store.ok());
+  }
+  {
+    // The record's bytes rot on disk (written here past the store).
+    rocksdb::DBOptions options;
+    std::vector<rocksdb::ColumnFamilyDescriptor> families = {
+        {rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions()},
+        {"tcc_barrier", rocksdb::ColumnFamilyOptions()}};
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(options, path, families, &handles, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    REQUIRE(db->Put(rocksdb::WriteOptions(), handles[1],
+                    barrier::internal::EncodeKey(call.key), "\x07garbage")
+                .ok());
+    for (auto* h : handles) REQUIRE(db->DestroyColumnFamilyHandle(h).ok());
+  }
+  auto store = barrier::RocksDbBarrierStore::Open({.path = path});
+  REQUIRE(store.ok());
+  clock::ManualClock clock(kT0);
+  barrier::Barrier b(**store, clock, {kSkewMs, 60'000});
+  Recorder rec;
+  // Not UNAVAILABLE (which reads as "try again later"): what it is.
+  CHECK(b.Try(call, rec.TryHandler()).status().code() ==
+        absl::StatusCode::kDataLoss);
+  CHECK(b.Confirm(call, rec.PhaseTwoHandler("confirm")).status().code() ==
+        absl::StatusCode::kDataLoss);
+  CHECK(b.Cancel(call, rec.PhaseTwoHandler("cancel")).status().code() ==
+        absl::StatusCode::kDataLoss);
+  CHECK(b.Query(call.key).status().code() == absl::StatusCode::kDataLoss);
+  CHECK(rec.TotalInvocations() == 0);
 }
 
 TEST_CASE("rocksdb store without group commit: WhenDurable answers at once",

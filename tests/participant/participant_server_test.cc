@@ -160,8 +160,36 @@ TEST_CASE("participant server: malformed calls are INVALID_ARGUMENT",
   no_deadline.clear_try_deadline_ms();
   CHECK(Call(s, &v1::Participant::Stub::Try, no_deadline, &resp).error_code() ==
         grpc::StatusCode::INVALID_ARGUMENT);
+  // A Cancel without its try-deadline would write a marker that retention
+  // could drop while a Try may still come; a Confirm needs it alike.
+  CHECK(Call(s, &v1::Participant::Stub::Cancel, no_deadline, &resp)
+            .error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(Call(s, &v1::Participant::Stub::Confirm, no_deadline, &resp)
+            .error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  // created_at_ms is part of the key: 0 or negative is no time at all.
+  for (int64_t created_at : {int64_t{0}, int64_t{-5}}) {
+    INFO("created_at_ms " << created_at);
+    v1::BranchRequest bad_time = Request("g");
+    bad_time.mutable_key()->set_created_at_ms(created_at);
+    for (Rpc rpc :
+         {&v1::Participant::Stub::Try, &v1::Participant::Stub::Confirm,
+          &v1::Participant::Stub::Cancel}) {
+      CHECK(Call(s, rpc, bad_time, &resp).error_code() ==
+            grpc::StatusCode::INVALID_ARGUMENT);
+    }
+    v1::QueryRequest query;
+    *query.mutable_key() = bad_time.key();
+    v1::QueryResponse answer;
+    grpc::ClientContext ctx;
+    CHECK(s.stub->Query(&ctx, query, &answer).error_code() ==
+          grpc::StatusCode::INVALID_ARGUMENT);
+  }
   CHECK(s.rec.TotalInvocations() == 0);
   CHECK(Query(s, "g").state() == v1::BARRIER_STATE_NOT_FOUND);
+  // Nothing was written: not even the Cancel's empty-rollback marker.
+  v1::BranchRequest ok = Request("g");
+  REQUIRE(Call(s, &v1::Participant::Stub::Try, ok, &resp).ok());
+  CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
 }
 
 TEST_CASE("participant server: a reply lost after the commit is replayed",

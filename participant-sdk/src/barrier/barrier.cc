@@ -18,9 +18,15 @@ using RecordOr = absl::StatusOr<std::optional<BarrierRecord>>;
 // Any failure on the way (store, lock wait, handler, commit) is transient
 // for the caller: nothing was changed, or the commit's fate is unknown; the
 // same call may be sent again.
+// A store error, as the caller sees it: UNAVAILABLE (retry; the outcome is
+// unknown), except a corrupt record, which stays DATA_LOSS so that it reads
+// as what it is (tccd retries it all the same, and operators see it).
 absl::Status Transient(std::string_view what, const absl::Status& cause) {
-  return absl::UnavailableError(
-      absl::StrCat(std::string(what), ": ", cause.ToString()));
+  std::string message = absl::StrCat(std::string(what), ": ", cause.ToString());
+  if (cause.code() == absl::StatusCode::kDataLoss) {
+    return absl::DataLossError(std::move(message));
+  }
+  return absl::UnavailableError(std::move(message));
 }
 
 BarrierAnswer Answer(Outcome outcome, bool replayed, std::string message = "") {

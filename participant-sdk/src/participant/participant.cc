@@ -22,9 +22,25 @@ std::string LowerCodeName(absl::StatusCode code) {
   return name;
 }
 
-absl::Status ValidateCall(const BranchCall& call, bool is_try) {
-  if (is_try && call.try_deadline_ms <= 0) {
-    return absl::InvalidArgumentError("try_deadline_ms: required for Try");
+absl::Status ValidateCreatedAt(int64_t created_at_ms) {
+  if (created_at_ms <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "created_at_ms: must be > 0 (Unix ms), got ", created_at_ms));
+  }
+  return absl::OkStatus();
+}
+
+// Every branch call carries its transaction's try-deadline: a Try is
+// refused after it, and a Cancel's marker is kept at least until it (the
+// marker is what refuses a late Try), so a Cancel without it would leave a
+// marker that retention may drop while a Try can still arrive.
+absl::Status ValidateCall(const BranchCall& call) {
+  if (call.try_deadline_ms <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "try_deadline_ms: required (Unix ms > 0), got ", call.try_deadline_ms));
+  }
+  if (absl::Status s = ValidateCreatedAt(call.key.created_at_ms); !s.ok()) {
+    return s;
   }
   if (absl::Status s = identity::ValidateGid(call.key.gid); !s.ok()) return s;
   if (absl::Status s = identity::ValidateBranchId(call.key.branch_id);
@@ -91,7 +107,7 @@ absl::StatusOr<BarrierAnswer> Participant::Run(Phase phase,
                                               : "cancel";
   absl::StatusOr<BarrierAnswer> answer;
   auto action = actions_.find(call.action);
-  if (absl::Status s = ValidateCall(call, phase == Phase::kTry); !s.ok()) {
+  if (absl::Status s = ValidateCall(call); !s.ok()) {
     answer = s;
   } else if (action == actions_.end()) {
     answer = absl::InvalidArgumentError(
@@ -167,6 +183,8 @@ absl::StatusOr<QueryAnswer> Participant::Query(const BranchKey& key) {
   } else if (absl::Status b = identity::ValidateBranchId(key.branch_id);
              !b.ok()) {
     answer = b;
+  } else if (absl::Status c = ValidateCreatedAt(key.created_at_ms); !c.ok()) {
+    answer = c;
   } else {
     answer = barrier_.Query(key);
   }
