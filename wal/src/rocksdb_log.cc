@@ -17,6 +17,7 @@
 #include <unordered_set>
 #include <variant>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "internal/rocksdb_keys.h"
 #include "internal/txn_rules.h"
@@ -619,6 +620,12 @@ void RocksDbLog::Impl::Settle(GroupView& view) {
     }
   }
   view.settled.clear();
+  // Bounded: past this many drops during a long scan, stop warming (it is
+  // never required) rather than remember them all.
+  if (dropped_while_warming_.size() > kMaxIndexed) {
+    dropped_while_warming_.clear();
+    warm_cleared_ = true;
+  }
   if (index_.size() > kMaxIndexed) {
     index_.clear();
     if (warming) warm_cleared_ = true;
@@ -1168,7 +1175,9 @@ absl::Status RocksDbLog::Impl::ScanUnfinished(
   // reading each from RocksDB again. Counted before the snapshot (see
   // warming_scans_); the writer counts it down at kWarmEnd.
   warming_scans_.fetch_add(1);
-  auto end_warming = [this] {
+  // On every way out (an exception from `visit` too): a scan left counted
+  // would keep the writer noting drops and refusing warm entries forever.
+  absl::Cleanup end_warming = [this] {
     WorkItem end;
     end.kind = WorkItem::Kind::kWarmEnd;
     Enqueue(std::move(end));
@@ -1223,7 +1232,6 @@ absl::Status RocksDbLog::Impl::ScanUnfinished(
   }
   if (status.ok()) status = FromRocks(it->status(), "scanning unfinished");
   if (status.ok()) status = visit_batch();
-  end_warming();
   return status;
 }
 
