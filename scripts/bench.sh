@@ -322,6 +322,19 @@ total_errors=0
 # Per-run results, set by run_bench.
 r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=0
 
+# cpu_ticks: "STEAL TOTAL", the machine's CPU ticks stolen by the hypervisor
+# and in all, from /proc/stat (0 0 where there is none).
+cpu_ticks() {
+  awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i;
+                     print $9 + 0, t; found = 1 }
+       END { if (!found) print 0, 0 }' /proc/stat 2>/dev/null || echo 0 0
+}
+# steal_pct BEFORE AFTER: percent of the CPU time between the two stolen.
+steal_pct() {
+  awk -v b="$1" -v a="$2" 'BEGIN { split(b, x, " "); split(a, y, " ");
+    t = y[2] - x[2]; printf "%.1f", (t > 0 ? 100 * (y[1] - x[1]) / t : 0) }'
+}
+
 # field KEY LINE: the value of KEY=VALUE in LINE.
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
@@ -334,12 +347,15 @@ run_bench() {
   local limit
   limit=$(awk -v d="$duration_s" -v w="$warmup_s" 'BEGIN { print int(d + w + 60) }')
   echo "bench.sh: $label ..." >&2
-  local rc=0
+  local rc=0 ticks_before
+  ticks_before=$(cpu_ticks)
   timeout --kill-after=5 "$limit" "$bin/tcc-bench" --target "$target" \
     --duration-s "$duration_s" --warmup-s "$warmup_s" \
     --participants bank-a,bank-b --accounts 10000 --payload-format bank \
     --pids "$pids" "$@" \
     >"$log" 2>&1 || rc=$?
+  local steal
+  steal=$(steal_pct "$ticks_before" "$(cpu_ticks)")
   local line
   line=$(grep '^bench: ' "$log" | tail -n1 || true)
   if [[ -z $line ]]; then
@@ -347,7 +363,7 @@ run_bench() {
     cat "$log" >&2
     r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=1
     total_errors=$((total_errors + 1))
-    table_rows+=("| $label | failed (exit $rc) | | | | | | | |")
+    table_rows+=("| $label | failed (exit $rc) | | | | | | | | |")
     return 0
   fi
   r_tps=$(field tps "$line") r_p50=$(field p50_ms "$line")
@@ -369,7 +385,7 @@ run_bench() {
     cpu+="${cpu:+, }$role ${per_1k:-?}"
     i=$((i + 1))
   done
-  table_rows+=("| $label | $r_tps | $r_p50 | $r_p99 | $r_p999 | $r_max | $r_errors | $cpu | $(cut -d' ' -f1 /proc/loadavg) |")
+  table_rows+=("| $label | $r_tps | $r_p50 | $r_p99 | $r_p999 | $r_max | $r_errors | $cpu | $(cut -d' ' -f1 /proc/loadavg) | $steal |")
 }
 
 # The set of runs against one target. Sets headline_tps, headline_p50,
@@ -421,6 +437,7 @@ run_set() {
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+ticks_start=$(cpu_ticks)
 
 if [[ $only_recovery == 1 ]]; then
   measure_recovery unanswered
@@ -467,18 +484,19 @@ baseline_tps=$headline_tps
 cleanup
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+steal_all=$(steal_pct "$ticks_start" "$(cpu_ticks)")
 ratio=$(awk -v t="$tccd_tps" -v b="$baseline_tps" \
   'BEGIN { if (t > 0 && b > 0) printf "%.3f", t / b; else print 0 }')
 
 mkdir -p "$(dirname "$out")"
 {
-  echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${table_rows[@]}"
   echo
   [[ -n $wal_note ]] && echo "$wal_note." && echo
   [[ -n $recovery_note ]] && echo "$recovery_note" && echo
-  echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $load_after."
+  echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $load_after; CPU time stolen by the hypervisor over the whole set: $steal_all%."
   echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback, $( [[ $quick == 1 ]] && echo quick || echo full ) set."
 } | tee "$out"
 echo "bench.sh: table written to $out; logs in $run_dir" >&2
