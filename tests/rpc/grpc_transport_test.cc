@@ -425,6 +425,50 @@ TEST_CASE("transport: every error of one Batch carries that Batch's id",
   }
 }
 
+TEST_CASE("transport: a participant's own rpcs_in_flight", "[integration]") {
+  FailingParticipant service(false);  // single calls take 300 ms
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  REQUIRE(server != nullptr);
+  {
+    // "p" uses the default (1 in flight), "q" its own 3: three calls made
+    // at once leave to "q" as three single calls, to "p" as one call and a
+    // Batch of the other two behind it.
+    Harness h("127.0.0.1:" + std::to_string(port),
+              {.rpcs_in_flight = 1,
+               .rpcs_in_flight_for = {{"q", 3}},
+               .batch_max_calls = 64});
+    REQUIRE(h.client.Add("q", "127.0.0.1:" + std::to_string(port)).ok());
+    for (const std::string name : {"q", "p"}) {
+      INFO("participant " << name);
+      wal::BranchSpec reserve = h.Spec("reserve");
+      reserve.participant = name;
+      const GrpcTransport::Stats before = h.transport->stats();
+      Answers<runtime::BranchAnswer> tries(3);
+      for (int i = 0; i < 3; ++i) {
+        h.transport->Call(h.Call(Gid(i), reserve, wal::Phase::kTry), 5000,
+                          tries.Slot(static_cast<size_t>(i)));
+      }
+      tries.Wait();
+      REQUIRE(tries.EachOnce());
+      const GrpcTransport::Stats after = h.transport->stats();
+      if (name == "q") {
+        CHECK(after.single_calls - before.single_calls == 3);
+        CHECK(after.batches - before.batches == 0);
+      } else {
+        CHECK(after.single_calls - before.single_calls == 1);
+        CHECK(after.batches - before.batches == 1);
+        CHECK(after.batched_calls - before.batched_calls == 2);
+      }
+    }
+    server->Shutdown();
+  }
+}
+
 TEST_CASE("participant server: a Batch over the limits runs nothing",
           "[integration]") {
   Participant<RocksDbGroupCommitEnv> p;

@@ -52,11 +52,14 @@ participants:
   a: 127.0.0.1:1
   b:
     address: 127.0.0.1:2
+    rpcs_in_flight: 8
     timeouts:
       try: {min_ms: 10, max_ms: 20, initial_ms: 15}
 )",
                        "t");
   REQUIRE(c.ok());
+  CHECK(c->participants.at("a").rpcs_in_flight == 0);  // the global one
+  CHECK(c->participants.at("b").rpcs_in_flight == 8);
   CHECK(c->participants.at("a").confirm_timeout.max_ms == 900);
   CHECK(c->participants.at("b").try_timeout.max_ms == 20);
   CHECK(c->participants.at("b").cancel_timeout.min_ms == 5);
@@ -95,6 +98,9 @@ TEST_CASE("bad values are refused, naming the key") {
   CHECK(ErrorOf("participants:\n  a:\n    address: h:1\n    timeouts:\n"
                 "      try: {min_ms: 50, max_ms: 10}\n")
             .find("participants.a.timeouts.try.max_ms: must be >= min_ms") !=
+        std::string::npos);
+  CHECK(ErrorOf("participants:\n  a: {address: 'h:1', rpcs_in_flight: 0}\n")
+            .find("participants.a.rpcs_in_flight: must be between 1") !=
         std::string::npos);
   CHECK(ErrorOf("retry: {base_ms: 100, cap_ms: 10}\n").find("retry.cap_ms") !=
         std::string::npos);

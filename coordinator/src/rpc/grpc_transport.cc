@@ -95,8 +95,13 @@ void GrpcTransport::Pump(const std::string& participant, int ended,
       requeue_front.pop_back();
     }
     const bool batching = !w.no_batch && options_.batch_max_calls > 1;
-    const int limit =
-        batching ? options_.rpcs_in_flight : options_.max_outstanding;
+    if (w.rpcs_limit == 0) {
+      auto it = options_.rpcs_in_flight_for.find(participant);
+      w.rpcs_limit = it != options_.rpcs_in_flight_for.end()
+                         ? std::max(1, it->second)
+                         : options_.rpcs_in_flight;
+    }
+    const int limit = batching ? w.rpcs_limit : options_.max_outstanding;
     while (w.in_flight < limit && !w.waiting.empty()) {
       std::vector<Pending> group;
       int64_t bytes = 0;

@@ -44,6 +44,8 @@ class GrpcTransport final : public runtime::ParticipantTransport {
   struct Options {
     bool allow_direct_targets = false;
     int rpcs_in_flight = 1;
+    // Participants with their own rpcs_in_flight.
+    std::map<std::string, int> rpcs_in_flight_for = {};
     int batch_max_calls = 256;
     int64_t batch_max_bytes = 1024 * 1024;
     int max_outstanding = 512;
@@ -85,6 +87,7 @@ class GrpcTransport final : public runtime::ParticipantTransport {
   };
   struct Window {
     int in_flight = 0;         // gRPC calls
+    int rpcs_limit = 0;        // rpcs_in_flight for it; 0: not looked up yet
     bool no_batch = false;     // answered Batch with UNIMPLEMENTED
     bool batch_known = false;  // answered a Batch
     std::deque<Pending> waiting;

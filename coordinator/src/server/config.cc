@@ -166,6 +166,7 @@ void ReadParticipant(const std::string& name, const YAML::Node& node,
   }
   MapReader r(node, path, error);
   r.String("address", &p->address);
+  r.Integer("rpcs_in_flight", &p->rpcs_in_flight, 1, 100000);
   {
     MapReader t(r.Child("timeouts"), r.Key("timeouts"), error);
     ReadBounds(t, "try", &p->try_timeout, error);

@@ -35,6 +35,10 @@ struct ParticipantConfig {
   TimeoutBounds confirm_timeout;
   TimeoutBounds cancel_timeout;
   TimeoutBounds query_timeout;
+  // gRPC calls in flight to it; 0: participant_calls.rpcs_in_flight. More
+  // for a participant whose calls can take long (a slow call holds the
+  // calls behind it only in its own lane).
+  uint32_t rpcs_in_flight = 0;
   // TLS to the participant: the participant's certificate must chain to
   // tls_ca_file (empty: the system roots) and name tls_server_name (empty: the
   // address's host). Mutual TLS when cert and key are set. Off: plaintext.

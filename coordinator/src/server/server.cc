@@ -184,6 +184,12 @@ absl::Status Server::Impl::Start(const Config& config,
       return s;
     }
   }
+  std::map<std::string, int> rpcs_in_flight_for;
+  for (const auto& [name, p] : config.participants) {
+    if (p.rpcs_in_flight > 0) {
+      rpcs_in_flight_for[name] = static_cast<int>(p.rpcs_in_flight);
+    }
+  }
   transport_ = std::make_unique<rpc::GrpcTransport>(
       *client_,
       [this](std::function<void()> task) {
@@ -193,6 +199,7 @@ absl::Status Server::Impl::Start(const Config& config,
           .allow_direct_targets = config.allow_direct_targets,
           .rpcs_in_flight =
               static_cast<int>(config.participant_calls.rpcs_in_flight),
+          .rpcs_in_flight_for = std::move(rpcs_in_flight_for),
           .batch_max_calls =
               static_cast<int>(config.participant_calls.batch_max_calls),
           .batch_max_bytes =
