@@ -1,6 +1,9 @@
 // What only the PostgreSQL store has: business SQL in the barrier's own
 // transaction (PostgresTxn::work()), placeholder rows that never commit, and
 // an idempotent migration.
+#include <future>
+#include <thread>
+
 #include "barrier_harness.h"
 
 namespace tcc::testing {
@@ -118,6 +121,72 @@ TEST_CASE(
     CHECK(*again == "on");
   }
   CHECK(reconnected == 1);
+}
+
+TEST_CASE(
+    "postgres: a row deleted while a call waits for its lock still leaves the "
+    "call holding the key",
+    "[postgres]") {
+  BarrierHarness<PostgresEnv> h;
+  const barrier::BranchCall call = MakeCall("pg.vanish", H());
+  REQUIRE(h.Try(call).ok());  // a committed row to conflict with
+  const std::string table = h.env.schema() + ".tcc_barrier";
+  const std::string where = "WHERE gid = 'pg.vanish'";
+  // Retention's transaction holds the row...
+  pqxx::connection gc(h.env.url());
+  pqxx::work gc_work(gc);
+  REQUIRE(gc_work.exec("SELECT 1 FROM " + table + " " + where + " FOR UPDATE")
+              .size() == 1);
+  // ...while a call locks the key (its INSERT conflicts, its SELECT waits).
+  std::promise<absl::StatusOr<std::optional<barrier::BarrierRecord>>> locked;
+  auto locked_f = locked.get_future();
+  auto txn = h.store().Begin();
+  REQUIRE(txn.ok());
+  std::thread caller([&] { locked.set_value((*txn)->LockBarrier(call.key)); });
+  // Until the call waits for the lock (bounded).
+  bool waiting = false;
+  for (int i = 0; i < 200 && !waiting; ++i) {
+    pqxx::connection probe(h.env.url());
+    pqxx::work w(probe);
+    waiting = w.exec1(
+                   "SELECT count(*) FROM pg_stat_activity WHERE "
+                   "wait_event_type = 'Lock' AND query LIKE '%" +
+                   table + " %FOR UPDATE%'")[0]
+                  .as<int>() > 0;
+    if (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(waiting);
+  // Retention deletes the row and commits.
+  gc_work.exec("DELETE FROM " + table + " " + where);
+  gc_work.commit();
+  REQUIRE(locked_f.wait_for(std::chrono::seconds(20)) ==
+          std::future_status::ready);
+  caller.join();
+  auto got = locked_f.get();
+  REQUIRE(got.ok());
+  CHECK_FALSE(got->has_value());  // nothing there any more
+  // And the call holds the key: another transaction cannot lock it.
+  {
+    pqxx::connection other(h.env.url());
+    pqxx::work w(other);
+    w.exec("SET LOCAL lock_timeout = '200ms'");
+    bool blocked = false;
+    try {
+      w.exec("INSERT INTO " + table +
+             " (gid, created_at_ms, branch_id, try_state, branch_hash) "
+             "VALUES ('pg.vanish', " +
+             std::to_string(call.key.created_at_ms) +
+             ", 'b1', 0, '') ON CONFLICT DO NOTHING");
+      w.exec("SELECT 1 FROM " + table + " " + where + " FOR UPDATE");
+    } catch (const pqxx::sql_error& e) {
+      blocked =
+          std::string(e.what()).find("lock timeout") != std::string::npos ||
+          std::string(e.what()).find("canceling statement") !=
+              std::string::npos;
+    }
+    CHECK(blocked);
+  }
+  txn->reset();  // rolls back: the placeholder goes
 }
 
 TEST_CASE("postgres: the migration is idempotent", "[postgres]") {

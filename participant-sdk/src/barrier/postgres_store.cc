@@ -110,24 +110,36 @@ class PostgresBarrierStore::Txn final : public PostgresTxn {
     return Guard("lock barrier record",
                  [&]() -> absl::StatusOr<std::optional<BarrierRecord>> {
                    const std::string& s = schema();
-                   pqxx::result inserted = work_->exec_params(
-                       absl::StrCat("INSERT INTO ", s,
-                                    ".tcc_barrier (gid, created_at_ms, "
-                                    "branch_id, try_state, branch_hash) "
-                                    "VALUES ($1, $2, $3, 0, '') "
-                                    "ON CONFLICT DO NOTHING"),
-                       key.gid, key.created_at_ms, key.branch_id);
-                   if (inserted.affected_rows() > 0) placeholders_.insert(key);
-                   pqxx::result r = work_->exec_params(
-                       absl::StrCat("SELECT ", kRecordColumns, " FROM ", s,
-                                    ".tcc_barrier WHERE gid = $1 AND "
-                                    "created_at_ms = $2 AND branch_id = $3 "
-                                    "FOR UPDATE"),
-                       key.gid, key.created_at_ms, key.branch_id);
-                   if (r.empty() || r[0][0].as<int>() == 0) {
-                     return std::optional<BarrierRecord>();
+                   // The row we conflicted with can be deleted (retention)
+                   // while we wait for its lock: READ COMMITTED then skips
+                   // it and we would hold no lock at all. Insert again: a
+                   // placeholder of ours now, or whoever's row came since.
+                   for (int attempt = 0; attempt < 8; ++attempt) {
+                     pqxx::result inserted = work_->exec_params(
+                         absl::StrCat("INSERT INTO ", s,
+                                      ".tcc_barrier (gid, created_at_ms, "
+                                      "branch_id, try_state, branch_hash) "
+                                      "VALUES ($1, $2, $3, 0, '') "
+                                      "ON CONFLICT DO NOTHING"),
+                         key.gid, key.created_at_ms, key.branch_id);
+                     if (inserted.affected_rows() > 0) {
+                       placeholders_.insert(key);
+                     }
+                     pqxx::result r = work_->exec_params(
+                         absl::StrCat("SELECT ", kRecordColumns, " FROM ", s,
+                                      ".tcc_barrier WHERE gid = $1 AND "
+                                      "created_at_ms = $2 AND branch_id = $3 "
+                                      "FOR UPDATE"),
+                         key.gid, key.created_at_ms, key.branch_id);
+                     if (r.empty()) continue;  // deleted under us
+                     if (r[0][0].as<int>() == 0) {
+                       return std::optional<BarrierRecord>();
+                     }
+                     return std::optional<BarrierRecord>(RecordFromRow(r[0]));
                    }
-                   return std::optional<BarrierRecord>(RecordFromRow(r[0]));
+                   return absl::UnavailableError(
+                       "the barrier row kept being deleted while this call "
+                       "waited for its lock");
                  });
   }
 
