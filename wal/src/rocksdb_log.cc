@@ -1293,6 +1293,7 @@ absl::Status RocksDbLog::Impl::RunRetention(int64_t now_ms) {
   // Each pass picks about as many as the excess needs, oldest first.
   for (const char index : {'f', 'c'}) {
     while (live_bytes_.load() > static_cast<int64_t>(policy.max_bytes)) {
+      const int64_t bytes_before = live_bytes_.load();
       int64_t excess =
           live_bytes_.load() - static_cast<int64_t>(policy.max_bytes);
       size_t picked = 0;
@@ -1315,6 +1316,10 @@ absl::Status RocksDbLog::Impl::RunRetention(int64_t now_ms) {
           });
       if (!s.ok()) return s;
       if (picked == 0) break;  // this index is empty
+      // Nothing it picked could go (an index key without its summary, which
+      // the writer skips): the next run tries again; spinning here would
+      // hold the retention thread for good.
+      if (live_bytes_.load() >= bytes_before) break;
     }
   }
   return absl::OkStatus();
