@@ -279,6 +279,25 @@ TEST_CASE("transport: no batching with batch_max_calls 1", "[integration]") {
 
 // A participant server from before Batch: Try only, answered EXECUTED, each
 // counted; every other method is UNIMPLEMENTED.
+// A synchronous gRPC server on 127.0.0.1 for `service`. Tests stop it
+// (server.Stop()) before their clients go: gRPC 1.51 may abort in
+// Server::MaybeFinishShutdown when a connection closes during Shutdown.
+struct TestServer {
+  explicit TestServer(grpc::Service* service) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(service);
+    server = builder.BuildAndStart();
+    REQUIRE(server != nullptr);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+  void Stop() { server->Shutdown(); }
+
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
 class TryOnlyParticipant final : public v1::Participant::Service {
  public:
   grpc::Status Try(grpc::ServerContext*, const v1::BranchRequest* req,
@@ -303,18 +322,11 @@ class TryOnlyParticipant final : public v1::Participant::Service {
 TEST_CASE("transport: a participant without Batch gets single calls",
           "[integration]") {
   TryOnlyParticipant service;
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  REQUIRE(server != nullptr);
+  TestServer server(&service);
   {
     // The server stops before the client (gRPC 1.51 may abort in
     // Server::MaybeFinishShutdown when a connection closes during Shutdown).
-    Harness h("127.0.0.1:" + std::to_string(port),
-              {.rpcs_in_flight = 1, .batch_max_calls = 64});
+    Harness h(server.address(), {.rpcs_in_flight = 1, .batch_max_calls = 64});
     const wal::BranchSpec reserve = h.Spec("reserve");
     constexpr int kN = 200;
     Answers<runtime::BranchAnswer> tries(kN);
@@ -333,7 +345,7 @@ TEST_CASE("transport: a participant without Batch gets single calls",
     GrpcTransport::Stats s = h.transport->stats();
     CHECK(s.batch_fallbacks == 1);
     CHECK(s.batches >= 1);  // the refused one
-    server->Shutdown();
+    server.Stop();
   }
 }
 
@@ -371,22 +383,15 @@ TEST_CASE("transport: every error of one Batch carries that Batch's id",
   const bool per_call = GENERATE(false, true);
   INFO("per-call errors: " << per_call);
   FailingParticipant service(per_call);
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  REQUIRE(server != nullptr);
+  TestServer server(&service);
   {
     // The server stops before the client (see above).
-    Harness h("127.0.0.1:" + std::to_string(port),
-              {.rpcs_in_flight = 1, .batch_max_calls = 64});
+    Harness h(server.address(), {.rpcs_in_flight = 1, .batch_max_calls = 64});
     // Two rounds, each to its own participant name (its own window, on the
     // same server): the first call of each leaves alone (the window is
     // empty) and holds the window 300 ms; the other ten wait and leave
     // together as one Batch when it ends.
-    REQUIRE(h.client.Add("q", "127.0.0.1:" + std::to_string(port)).ok());
+    REQUIRE(h.client.Add("q", server.address()).ok());
     std::vector<uint64_t> batch_ids;
     for (const std::string name : {"p", "q"}) {
       wal::BranchSpec reserve = h.Spec("reserve");
@@ -421,28 +426,21 @@ TEST_CASE("transport: every error of one Batch carries that Batch's id",
     CHECK(s.single_calls == 2);
     CHECK(s.batches == 2);
     CHECK(s.batched_calls == 20);
-    server->Shutdown();
+    server.Stop();
   }
 }
 
 TEST_CASE("transport: a participant's own rpcs_in_flight", "[integration]") {
   FailingParticipant service(false);  // single calls take 300 ms
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  REQUIRE(server != nullptr);
+  TestServer server(&service);
   {
     // "p" uses the default (1 in flight), "q" its own 3: three calls made
     // at once leave to "q" as three single calls, to "p" as one call and a
     // Batch of the other two behind it.
-    Harness h("127.0.0.1:" + std::to_string(port),
-              {.rpcs_in_flight = 1,
-               .rpcs_in_flight_for = {{"q", 3}},
-               .batch_max_calls = 64});
-    REQUIRE(h.client.Add("q", "127.0.0.1:" + std::to_string(port)).ok());
+    Harness h(server.address(), {.rpcs_in_flight = 1,
+                                 .rpcs_in_flight_for = {{"q", 3}},
+                                 .batch_max_calls = 64});
+    REQUIRE(h.client.Add("q", server.address()).ok());
     for (const std::string name : {"q", "p"}) {
       INFO("participant " << name);
       wal::BranchSpec reserve = h.Spec("reserve");
@@ -465,7 +463,7 @@ TEST_CASE("transport: a participant's own rpcs_in_flight", "[integration]") {
         CHECK(after.batched_calls - before.batched_calls == 2);
       }
     }
-    server->Shutdown();
+    server.Stop();
   }
 }
 

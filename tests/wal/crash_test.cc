@@ -30,6 +30,20 @@ std::unique_ptr<RocksDbLog> OpenOrDie(const RocksDbLogOptions& options) {
   return *std::move(log);
 }
 
+// Writes one key into the closed log's RocksDB directly (synced), past the
+// log: what a damaged or foreign database would hold.
+void RawPut(const TempDir& dir, const std::string& key,
+            const std::string& value) {
+  rocksdb::DB* db = nullptr;
+  REQUIRE(
+      rocksdb::DB::Open(rocksdb::Options(), (dir.path() / "db").string(), &db)
+          .ok());
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  REQUIRE(db->Put(wo, key, value).ok());
+  delete db;
+}
+
 PhaseUpdate Marker(uint32_t seq) {
   PhaseUpdate p = MakePhase("b0", PhaseState::kUnknown);
   p.attempts = seq;
@@ -414,14 +428,8 @@ TEST_CASE("an unknown format version or a corrupt stored value is DATA_LOSS") {
     auto log = OpenOrDie(options);
     REQUIRE(AppendAndWait(*log, Req("g", {MakeRegistered("g", 1)})).ok());
   }
-  const std::string db_dir = (dir.path() / "db").string();
   auto raw_put = [&](const std::string& key, const std::string& value) {
-    rocksdb::DB* db = nullptr;
-    REQUIRE(rocksdb::DB::Open(rocksdb::Options(), db_dir, &db).ok());
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    REQUIRE(db->Put(wo, key, value).ok());
-    delete db;
+    RawPut(dir, key, value);
   };
   SECTION("a record that does not decode") {
     raw_put(internal::keys::Record("g", 0), std::string("\x01\x63", 2));
@@ -448,18 +456,8 @@ TEST_CASE("the size budget stops on an index key it cannot remove") {
     // Unfinished: its bytes count, and nothing may remove them.
     REQUIRE(AppendAndWait(*log, Req("g", {MakeRegistered("g", 1)})).ok());
   }
-  {
-    // A finished-index key whose summary is gone (a damaged database).
-    rocksdb::DB* db = nullptr;
-    REQUIRE(
-        rocksdb::DB::Open(rocksdb::Options(), (dir.path() / "db").string(), &db)
-            .ok());
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    REQUIRE(
-        db->Put(wo, internal::keys::TimeIndex('f', 1000, "ghost"), "").ok());
-    delete db;
-  }
+  // A finished-index key whose summary is gone (a damaged database).
+  RawPut(dir, internal::keys::TimeIndex('f', 1000, "ghost"), "");
   auto log = OpenOrDie(options);
   auto done = std::make_shared<std::promise<absl::Status>>();
   std::future<absl::Status> result = done->get_future();
