@@ -25,6 +25,16 @@ absl::Status CommitPut(barrier::BarrierStore& store, const std::string& key) {
   return (*txn)->Commit();
 }
 
+// A group-committing store at DIR/db (opened again on the same data).
+std::unique_ptr<barrier::RocksDbBarrierStore> OpenGroupCommit(
+    const TempDir& dir) {
+  auto store = barrier::RocksDbBarrierStore::Open(
+      {.path = dir.path() + "/db", .group_commit = true});
+  INFO(store.status().ToString());
+  REQUIRE(store.ok());
+  return std::move(*store);
+}
+
 TEST_CASE("rocksdb group commit: WhenDurable answers every caller once",
           "[rocksdb]") {
   TempDir dir;
@@ -74,19 +84,17 @@ TEST_CASE("rocksdb group commit: a failed sync fails its waiters",
           "[rocksdb]") {
   TempDir dir;
   FailpointsOff off;
-  auto store = barrier::RocksDbBarrierStore::Open(
-      {.path = dir.path() + "/db", .group_commit = true});
-  REQUIRE(store.ok());
+  auto store = OpenGroupCommit(dir);
   REQUIRE(failpoint::Configure("barrier.before_synced_commit=error").ok());
   // Commit itself does not sync (nor evaluate the failpoint) any more.
-  REQUIRE(CommitPut(**store, "a").ok());
+  REQUIRE(CommitPut(*store, "a").ok());
   std::atomic<bool> done{false};
   absl::Status result;
-  (*store)->WhenDurable([&](absl::Status s) {
+  store->WhenDurable([&](absl::Status s) {
     result = s;
     done = true;
   });
-  store->reset();
+  store.reset();
   REQUIRE(done.load());
   CHECK_FALSE(result.ok());
 }
@@ -97,20 +105,18 @@ TEST_CASE(
     "[rocksdb]") {
   TempDir dir;
   FailpointsOff off;
-  auto store = barrier::RocksDbBarrierStore::Open(
-      {.path = dir.path() + "/db", .group_commit = true});
-  REQUIRE(store.ok());
+  auto store = OpenGroupCommit(dir);
   auto durable = [&]() {
     std::promise<absl::Status> p;
     auto f = p.get_future();
-    (*store)->WhenDurable([&p](absl::Status s) { p.set_value(s); });
+    store->WhenDurable([&p](absl::Status s) { p.set_value(s); });
     REQUIRE(f.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
     return f.get();
   };
-  REQUIRE(CommitPut(**store, "a").ok());
+  REQUIRE(CommitPut(*store, "a").ok());
   CHECK(durable().ok());
   REQUIRE(failpoint::Configure("barrier.before_synced_commit=error").ok());
-  REQUIRE(CommitPut(**store, "b").ok());
+  REQUIRE(CommitPut(*store, "b").ok());
   const absl::Status failed = durable();
   CHECK(failed.code() == absl::StatusCode::kUnavailable);
   // The disk is "back": a sync would succeed now, but "b" may be lost
@@ -118,16 +124,13 @@ TEST_CASE(
   // the failure or after it, until the store is opened again.
   REQUIRE(failpoint::Configure("").ok());
   CHECK(durable().code() == absl::StatusCode::kUnavailable);
-  REQUIRE(CommitPut(**store, "c").ok());
+  REQUIRE(CommitPut(*store, "c").ok());
   const absl::Status later = durable();
   CHECK(later.code() == absl::StatusCode::kUnavailable);
   CHECK(later.message().find("failed sync") != std::string::npos);
-  store->reset();
-  auto reopened = barrier::RocksDbBarrierStore::Open(
-      {.path = dir.path() + "/db", .group_commit = true});
-  REQUIRE(reopened.ok());
-  store = std::move(reopened);
-  REQUIRE(CommitPut(**store, "d").ok());
+  store.reset();
+  store = OpenGroupCommit(dir);
+  REQUIRE(CommitPut(*store, "d").ok());
   CHECK(durable().ok());
 }
 

@@ -95,13 +95,11 @@ void GrpcTransport::Pump(const std::string& participant, int ended,
       requeue_front.pop_back();
     }
     const bool batching = !w.no_batch && options_.batch_max_calls > 1;
-    if (w.rpcs_limit == 0) {
-      auto it = options_.rpcs_in_flight_for.find(participant);
-      w.rpcs_limit = it != options_.rpcs_in_flight_for.end()
-                         ? std::max(1, it->second)
+    const auto own = options_.rpcs_in_flight_for.find(participant);
+    const int rpcs = own != options_.rpcs_in_flight_for.end()
+                         ? std::max(1, own->second)
                          : options_.rpcs_in_flight;
-    }
-    const int limit = batching ? w.rpcs_limit : options_.max_outstanding;
+    const int limit = batching ? rpcs : options_.max_outstanding;
     while (w.in_flight < limit && !w.waiting.empty()) {
       std::vector<Pending> group;
       int64_t bytes = 0;

@@ -87,7 +87,6 @@ class GrpcTransport final : public runtime::ParticipantTransport {
   };
   struct Window {
     int in_flight = 0;         // gRPC calls
-    int rpcs_limit = 0;        // rpcs_in_flight for it; 0: not looked up yet
     bool no_batch = false;     // answered Batch with UNIMPLEMENTED
     bool batch_known = false;  // answered a Batch
     std::deque<Pending> waiting;
