@@ -696,6 +696,75 @@ TEST_CASE("a forced decision the WAL refuses is undone", "[machine]") {
   CHECK(answers[0].status.code() == absl::StatusCode::kFailedPrecondition);
 }
 
+TEST_CASE("no request is refused by quoting a decision not yet durable",
+          "[machine]") {
+  // An approved Confirm the WAL has not yet synced: a Rollback must not be
+  // told "decided Confirm" (the WAL may refuse the approval).
+  Txn t = AwaitingTxn();
+  StepResult r = Step(t, GateApproveEvent{6, "ap"}, kNow);
+  REQUIRE(r.status.ok());
+  const uint64_t approve_seq = All<PersistEffect>(r.effects).at(0).seq;
+  std::string before = Snapshot(t);
+  r = Step(t, RollbackEvent{7, WaitFor::kAccepted}, kNow);
+  CHECK(r.status.code() == absl::StatusCode::kUnavailable);
+  CHECK(Snapshot(t) == before);
+  r = Step(t, ForceDecisionEvent{8, Decision::kCancel, "ap2"}, kNow);
+  CHECK(r.status.code() == absl::StatusCode::kUnavailable);
+  r = Step(t, GateApproveEvent{9, "ap3"}, kNow);
+  CHECK(r.status.code() == absl::StatusCode::kUnavailable);
+  CHECK(Snapshot(t) == before);
+  // The WAL refuses the approval: undone, and the retried Rollback cancels.
+  r = Step(
+      t, PersistFailedEvent{approve_seq, absl::FailedPreconditionError("used")},
+      kNow);
+  REQUIRE(r.status.ok());
+  REQUIRE(t.decision == Decision::kNone);
+  Run(t, RollbackEvent{7, WaitFor::kAccepted});
+  CHECK(t.decision == Decision::kCancel);
+
+  // A forced Cancel not yet synced: Commit must not hear "decided Cancel",
+  // nor may an interactive Try hear "not OPEN".
+  Txn u = AwaitingTxn();
+  r = Step(u, ForceDecisionEvent{6, Decision::kCancel, "ap"}, kNow);
+  REQUIRE(r.status.ok());
+  before = Snapshot(u);
+  CHECK(Step(u, Commit({"b1"}), kNow).status.code() ==
+        absl::StatusCode::kUnavailable);
+  CHECK(Step(u, TryReq("b9"), kNow).status.code() ==
+        absl::StatusCode::kUnavailable);
+  CHECK(Snapshot(u) == before);
+}
+
+TEST_CASE("a Rollback waiting on a forced Cancel the WAL refuses still cancels",
+          "[machine]") {
+  Txn t = AwaitingTxn();
+  StepResult r = Step(t, ForceDecisionEvent{6, Decision::kCancel, "bad"}, kNow);
+  REQUIRE(r.status.ok());
+  const uint64_t seq = All<PersistEffect>(r.effects).at(0).seq;
+  // The Rollback agrees with the pending decision: it waits for it.
+  r = Step(t, RollbackEvent{7, WaitFor::kDecided}, kNow);
+  REQUIRE(r.status.ok());
+  CHECK(All<AnswerEffect>(r.effects).empty());
+  r = Step(t, PersistFailedEvent{seq, absl::FailedPreconditionError("used")},
+           kNow);
+  REQUIRE(r.status.ok());
+  // The admin call is refused; the Rollback's own Cancel is decided and
+  // persisted, and the Rollback is answered once that is durable.
+  CHECK(t.decision == Decision::kCancel);
+  CHECK(t.decision_cause == DecisionCause::kRollback);
+  auto persists = All<PersistEffect>(r.effects);
+  REQUIRE(persists.size() == 1);
+  auto answers = All<AnswerEffect>(r.effects);
+  REQUIRE(answers.size() == 1);
+  CHECK(answers[0].request == 6);
+  r = Step(t, DurableEvent{persists[0].seq}, kNow);
+  REQUIRE(r.status.ok());
+  answers = All<AnswerEffect>(r.effects);
+  REQUIRE(answers.size() == 1);
+  CHECK(answers[0].request == 7);
+  CHECK(answers[0].status.ok());
+}
+
 TEST_CASE("recovery replays the records and resumes", "[machine]") {
   // Run a transaction to CONFIRMING, keep its records, rebuild a fresh Txn.
   Txn live;

@@ -164,6 +164,18 @@ class Stepper {
     effects_.push_back(AnswerEffect{r, std::move(s), dup, branch});
   }
   void AddWaiter(Waiter w) { t_.waiters.push_back(w); }
+  // A decision made and not yet durable may still be undone (the WAL refuses
+  // its approval) or lost (a crash before the sync): a request must not be
+  // refused by quoting it (DESIGN.md section 7: no caller hears of a
+  // decision before it is durable). Such a request is answered UNAVAILABLE,
+  // to be retried once the decision is durable or undone.
+  absl::Status DecisionInFlight() const {
+    if (t_.decision == Decision::kNone || t_.decision_durable) {
+      return absl::OkStatus();
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "gid ", t_.gid, ": a decision is being recorded; retry in a moment"));
+  }
   void AddPending(uint64_t seq, PersistPurpose purpose, uint32_t branch = 0) {
     PendingPersist p;
     p.seq = seq;
@@ -652,6 +664,7 @@ absl::Status Stepper::On(const TryEvent& e) {
                      "transactions opened with Begin"));
   }
   if (t_.state != TxnState::kOpen) {
+    if (auto st = DecisionInFlight(); !st.ok()) return st;
     return absl::FailedPreconditionError(
         absl::StrCat("gid ", t_.gid, " is ", TxnStateName(t_.state),
                      ", not OPEN; no new branches"));
@@ -686,6 +699,7 @@ absl::Status Stepper::On(const CommitEvent& e) {
   if (t_.decision == Decision::kCancel &&
       (t_.decision_cause == DecisionCause::kRollback ||
        t_.decision_cause == DecisionCause::kForced)) {
+    if (auto st = DecisionInFlight(); !st.ok()) return st;
     return absl::FailedPreconditionError(absl::StrCat(
         "gid ", t_.gid, " was decided Cancel: ", t_.decision_reason));
   }
@@ -707,6 +721,7 @@ absl::Status Stepper::On(const CommitEvent& e) {
 
 absl::Status Stepper::On(const RollbackEvent& e) {
   if (t_.decision == Decision::kConfirm) {
+    if (auto st = DecisionInFlight(); !st.ok()) return st;
     return absl::FailedPreconditionError(
         absl::StrCat("gid ", t_.gid, " was decided Confirm"));
   }
@@ -1067,6 +1082,15 @@ absl::Status Stepper::On(const PersistFailedEvent& e) {
       t_.decision_cause = DecisionCause::kNone;
       t_.decision_reason.clear();
       t_.decided_at_ms = 0;
+      // A Rollback that came while the refused decision was Cancel (and so
+      // only waited for it) still asks for Cancel.
+      const bool rollback_waits = std::any_of(
+          t_.waiters.begin(), t_.waiters.end(),
+          [](const Waiter& w) { return w.kind == WaiterKind::kRollback; });
+      if (rollback_waits) {
+        Decide(Decision::kCancel, DecisionCause::kRollback,
+               "requested by the caller");
+      }
       Evaluate();
       TryDeadlinePassed();
       if (t_.state == TxnState::kAwaitingApproval &&
@@ -1109,6 +1133,7 @@ absl::Status Stepper::On(const GateApproveEvent& e) {
   // approval or another) is refused, never answered as done, so that of two
   // uses exactly one wins (DESIGN.md section 10).
   if (t_.decision != Decision::kNone) {
+    if (auto st = DecisionInFlight(); !st.ok()) return st;
     return absl::FailedPreconditionError(
         absl::StrCat("gid ", t_.gid, " is already decided ",
                      DecisionName(t_.decision), ": ", t_.decision_reason));
@@ -1131,6 +1156,7 @@ absl::Status Stepper::On(const ForceDecisionEvent& e) {
     return absl::InvalidArgumentError("force Confirm or Cancel");
   }
   if (t_.decision != Decision::kNone) {  // see GateApproveEvent
+    if (auto st = DecisionInFlight(); !st.ok()) return st;
     return absl::FailedPreconditionError(
         absl::StrCat("gid ", t_.gid, " is already decided ",
                      DecisionName(t_.decision), ": ", t_.decision_reason));
