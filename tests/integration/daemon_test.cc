@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -278,13 +279,32 @@ TEST_CASE("bad input is refused with the right status and changes nothing") {
     r.set_approval_gate(true);  // no admin credential configured here
     CHECK(code(r) == absl::StatusCode::kFailedPrecondition);
   }
+  {
+    // A client clock far ahead (here the furthest possible) is refused: kept,
+    // it would one day move the deduplication horizon past every client.
+    auto r = base;
+    r.set_gid("g-future");
+    r.set_created_at_ms(std::numeric_limits<int64_t>::max());
+    CHECK(code(r) == absl::StatusCode::kInvalidArgument);
+  }
+  {
+    auto r = base;
+    r.set_wait_for(static_cast<v1::WaitFor>(9));
+    CHECK(code(r) == absl::StatusCode::kInvalidArgument);
+  }
   v1::CommitRequest commit;
   commit.set_gid("never-seen");
   CHECK(client->Commit(commit).status().code() == absl::StatusCode::kNotFound);
+  commit.set_wait_for(static_cast<v1::WaitFor>(9));
+  CHECK(client->Commit(commit).status().code() ==
+        absl::StatusCode::kInvalidArgument);
   v1::RollbackRequest rollback;
   rollback.set_gid("never-seen");
   CHECK(client->Rollback(rollback).status().code() ==
         absl::StatusCode::kNotFound);
+  rollback.set_wait_for(static_cast<v1::WaitFor>(-1));
+  CHECK(client->Rollback(rollback).status().code() ==
+        absl::StatusCode::kInvalidArgument);
   CHECK(client->Get("never-seen").status().code() ==
         absl::StatusCode::kNotFound);
   // Nothing moved, nothing frozen.
@@ -515,6 +535,81 @@ TEST_CASE("limits.max_in_flight: new transactions beyond it are refused") {
         absl::StatusCode::kNotFound);
   REQUIRE(c.StartBank("bank-b").ok());
   CHECK_OK(c.CheckFinal(gids, 45000));
+}
+
+TEST_CASE("configured request limits are the ones enforced") {
+  ClusterOptions o = Options("limits");
+  const std::string config = o.root_dir + "/tccd.yaml";
+  {
+    std::ofstream out(config);
+    out << "transactions:\n  max_try_timeout_ms: 3600000\n"
+           "  max_clock_skew_ms: 1000\n"
+           "limits:\n  max_list_page: 3\n";
+  }
+  o.tccd_args = {"--config", config};
+  BankCluster c(o);
+  REQUIRE(c.Start().ok());
+  auto client = c.NewClient(1, 5000);
+  // A try-timeout over the built-in 10 minutes, under the configured hour.
+  std::vector<std::string> gids;
+  for (int i = 0; i < 4; ++i) {
+    auto req = c.Transfer("bank-a", i, "bank-b", i, 1);
+    req.set_try_timeout_ms(20 * 60 * 1000);
+    auto r = client->Submit(req);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    gids.push_back(req.gid());
+  }
+  auto too_long = c.Transfer("bank-a", 5, "bank-b", 5, 1);
+  too_long.set_try_timeout_ms(3600001);
+  CHECK(client->Submit(too_long).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  // created_at more than a second ahead of tccd's clock.
+  auto ahead = c.Transfer("bank-a", 6, "bank-b", 6, 1);
+  ahead.set_gid("g-ahead");
+  ahead.set_created_at_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count() +
+      60 * 1000);
+  CHECK(client->Submit(ahead).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(client->Get(ahead.gid()).status().code() ==
+        absl::StatusCode::kNotFound);
+
+  auto channel =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(c.tccd_port()),
+                          grpc::InsecureChannelCredentials());
+  auto stub = v1::Coordinator::NewStub(channel);
+  {
+    // No page size: the default page fits the configured limit.
+    grpc::ClientContext ctx;
+    v1::ListRequest list;
+    v1::ListResponse page;
+    grpc::Status st = stub->List(&ctx, list, &page);
+    INFO(st.error_message());
+    REQUIRE(st.ok());
+    CHECK(page.transactions_size() == 3);
+    CHECK_FALSE(page.next_page_token().empty());
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ListRequest list;
+    list.set_page_size(4);
+    v1::ListResponse page;
+    CHECK(stub->List(&ctx, list, &page).error_code() ==
+          grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    // Older than the clock itself: nothing (the subtraction must not wrap).
+    grpc::ClientContext ctx;
+    v1::ListRequest list;
+    list.set_min_age_ms(std::numeric_limits<uint64_t>::max());
+    v1::ListResponse page;
+    REQUIRE(stub->List(&ctx, list, &page).ok());
+    CHECK(page.transactions_size() == 0);
+  }
+  CHECK_OK(c.CheckFinal(gids, 20000));
 }
 
 TEST_CASE("Watch streams a transaction's changes; List finds it") {

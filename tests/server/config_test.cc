@@ -86,6 +86,16 @@ TEST_CASE("bad values are refused, naming the key") {
         std::string::npos);
   CHECK(ErrorOf("sync_writes: yes please\n")
             .find("sync_writes: must be true or false") != std::string::npos);
+  // Only true is accepted: tccd always fsyncs.
+  CHECK(ErrorOf("sync_writes: false\n").find("sync_writes: false is not") !=
+        std::string::npos);
+  // The WAL serves at most 1,000 per List page.
+  CHECK(ErrorOf("limits: {max_list_page: 1001}\n")
+            .find("limits.max_list_page: must be between 1") !=
+        std::string::npos);
+  CHECK(ErrorOf("transactions: {max_clock_skew_ms: -1}\n")
+            .find("transactions.max_clock_skew_ms: must be between 0") !=
+        std::string::npos);
   CHECK(ErrorOf("log: {level: loud}\n").find("log.level: must be one of") !=
         std::string::npos);
   CHECK(ErrorOf("listen: nowhere\n").find("listen: 'nowhere' is not") !=

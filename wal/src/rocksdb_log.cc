@@ -824,7 +824,11 @@ absl::Status RocksDbLog::Impl::ApplyRemovals(const WorkItem& item,
       batch.Delete(keys::Summary(gid));
       view.live_bytes -=
           static_cast<int64_t>(o.size() + keys::SummarySize(gid));
-      view.horizon = std::max(view.horizon, s.created_at_ms + 1);
+      // Saturating: a created_at of INT64_MAX must not wrap.
+      view.horizon = std::max(
+          view.horizon, s.created_at_ms == std::numeric_limits<int64_t>::max()
+                            ? s.created_at_ms
+                            : s.created_at_ms + 1);
       entry.present = false;
       entry.summary = SummaryEntry{};
       view.settled.push_back(gid);

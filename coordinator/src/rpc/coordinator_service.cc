@@ -1,5 +1,6 @@
 #include "rpc/coordinator_service.h"
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -61,6 +62,17 @@ absl::Status CoordinatorService::CheckCreatedAt(int64_t created_at_ms) const {
         "created_at_ms is required: the client's wall-clock time of its first "
         "attempt (Unix ms)");
   }
+  // A created_at ahead of this clock by more than the allowed skew is a
+  // broken client clock: accepted, it would one day move the deduplication
+  // horizon (section 9) past every honest client's created_at.
+  if (options_.now_ms &&
+      created_at_ms - options_.now_ms() > options_.max_clock_skew_ms) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "created_at_ms ", created_at_ms, " is more than ",
+        options_.max_clock_skew_ms,
+        " ms ahead of tccd's clock (transactions.max_clock_skew_ms): check "
+        "the client's clock"));
+  }
   const int64_t horizon =
       options_.dedup_horizon_ms ? options_.dedup_horizon_ms() : 0;
   if (created_at_ms < horizon) {
@@ -69,6 +81,14 @@ absl::Status CoordinatorService::CheckCreatedAt(int64_t created_at_ms) const {
         " is older than the deduplication horizon ", horizon,
         ": tccd can no longer tell a retry from a new request; use a new gid "
         "and a fresh created_at"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::CheckWaitFor(int wait_for) {
+  if (!tcc::v1::WaitFor_IsValid(wait_for)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown wait_for ", wait_for));
   }
   return absl::OkStatus();
 }
@@ -102,6 +122,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Submit(
     grpc::CallbackServerContext* ctx, const tcc::v1::SubmitRequest* request,
     tcc::v1::SubmitResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
+  if (absl::Status s = CheckWaitFor(request->wait_for()); !s.ok()) {
+    return Refuse(ctx, s);
+  }
   if (absl::Status s = CheckNewTransaction(
           request->gid(), request->created_at_ms(), request->approval_gate(),
           request->approval_timeout_ms(), "try_timeout_ms",
@@ -179,6 +202,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Commit(
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return Refuse(ctx, s);
   }
+  if (absl::Status s = CheckWaitFor(request->wait_for()); !s.ok()) {
+    return Refuse(ctx, s);
+  }
   std::vector<std::string> expected(request->expected_branch_ids().begin(),
                                     request->expected_branch_ids().end());
   auto* reactor = ctx->DefaultReactor();
@@ -195,6 +221,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Rollback(
     tcc::v1::RollbackResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
+    return Refuse(ctx, s);
+  }
+  if (absl::Status s = CheckWaitFor(request->wait_for()); !s.ok()) {
     return Refuse(ctx, s);
   }
   auto* reactor = ctx->DefaultReactor();
@@ -246,11 +275,20 @@ grpc::ServerUnaryReactor* CoordinatorService::List(
                   absl::InvalidArgumentError(absl::StrCat(
                       "page_size is over the limit ", options_.max_list_page)));
   }
-  query.page_size = request->page_size() == 0 ? 100 : request->page_size();
+  query.page_size = request->page_size() == 0
+                        ? std::min<uint32_t>(100, options_.max_list_page)
+                        : request->page_size();
   query.page_token = request->page_token();
   if (request->min_age_ms() > 0 && options_.now_ms) {
+    const int64_t now = options_.now_ms();
+    // Older than the clock itself: nothing qualifies (and now - age must
+    // not wrap).
+    if (request->min_age_ms() >=
+        static_cast<uint64_t>(std::max<int64_t>(now, 0))) {
+      return Refuse(ctx, absl::OkStatus());  // an empty page
+    }
     query.registered_before_ms =
-        options_.now_ms() - static_cast<int64_t>(request->min_age_ms());
+        now - static_cast<int64_t>(request->min_age_ms());
   }
   auto page = backend_.List(query);
   if (!page.ok()) return Refuse(ctx, page.status());

@@ -23,8 +23,10 @@ struct CoordinatorServiceOptions {
   std::function<bool(const std::string& name)> participant_known;
   // Branches may name "host:port" directly (config allow_direct_targets).
   bool allow_direct_targets = false;
-  // Wall-clock now (Unix ms), for List's min_age.
+  // Wall-clock now (Unix ms), for List's min_age and the created_at bound.
   std::function<int64_t()> now_ms;
+  // A created_at_ms further ahead of now_ms is refused (INVALID_ARGUMENT).
+  int64_t max_clock_skew_ms = 5 * 60 * 1000;
   // The WAL's deduplication horizon (Unix ms).
   std::function<int64_t()> dedup_horizon_ms;
   int64_t max_try_timeout_ms = 10 * 60 * 1000;
@@ -78,6 +80,7 @@ class CoordinatorService final : public tcc::v1::Coordinator::CallbackService {
 
  private:
   [[nodiscard]] absl::Status CheckCreatedAt(int64_t created_at_ms) const;
+  [[nodiscard]] static absl::Status CheckWaitFor(int wait_for);
   // What Submit and Begin both check: gid, created_at, the gate, timeouts.
   [[nodiscard]] absl::Status CheckNewTransaction(const std::string& gid,
                                                  int64_t created_at_ms,

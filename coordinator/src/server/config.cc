@@ -366,6 +366,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
               7 * kDay);
     r.Integer("max_approval_timeout_ms",
               &c.transactions.max_approval_timeout_ms, 1, 7 * kDay);
+    r.Integer("max_clock_skew_ms", &c.transactions.max_clock_skew_ms, 0, kDay);
     r.RejectUnknown();
   }
   {
@@ -378,7 +379,8 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
     r.Integer("max_in_flight", &c.limits.max_in_flight, 1, 100000000);
     r.Integer("recovery_window", &c.limits.recovery_window, 1, 100000000);
     r.Integer("max_watch_streams", &c.limits.max_watch_streams, 0, 1000000);
-    r.Integer("max_list_page", &c.limits.max_list_page, 1, 100000);
+    // The WAL serves at most 1,000 per page (internal::ValidateListQuery).
+    r.Integer("max_list_page", &c.limits.max_list_page, 1, 1000);
     r.Integer("client_requests_per_s", &c.limits.client_requests_per_s, 0,
               10000000);
     r.Integer("client_burst", &c.limits.client_burst, 0, 100000000);
@@ -494,6 +496,12 @@ absl::Status ValidateConfig(const Config& c) {
   if (c.retry.base_ms > c.retry.cap_ms) {
     return absl::InvalidArgumentError(absl::StrCat(
         "retry.cap_ms: must be >= base_ms (", c.retry.base_ms, ")"));
+  }
+  if (!c.sync_writes) {
+    return absl::InvalidArgumentError(
+        "sync_writes: false is not supported: tccd fsyncs every durable WAL "
+        "write (group committed), or a crash could lose an acknowledged "
+        "decision");
   }
   if (c.transactions.try_timeout_ms > c.transactions.max_try_timeout_ms) {
     return absl::InvalidArgumentError(

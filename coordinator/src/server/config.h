@@ -112,6 +112,8 @@ struct TransactionDefaults {
   int64_t max_try_timeout_ms = 10 * 60 * 1000;
   int64_t approval_timeout_ms = 5 * 60 * 1000;
   int64_t max_approval_timeout_ms = 24LL * 3600 * 1000;
+  // A created_at_ms further ahead of tccd's clock is refused.
+  int64_t max_clock_skew_ms = 5 * 60 * 1000;
 };
 
 struct LimitsConfig {
@@ -149,7 +151,7 @@ struct Config {
   std::string metrics_listen = "127.0.0.1:9464";  // /metrics; empty: off
   std::string data_dir = "./data";
   bool allow_direct_targets = false;  // branches naming "host:port" directly
-  bool sync_writes = true;            // fsync the WAL (never off in prod)
+  bool sync_writes = true;            // only true is accepted (the key is kept)
   uint32_t shards = 0;                // 0: one per core
   ListenerTlsConfig tls;              // the client listener (`listen`)
   AdminConfig admin;

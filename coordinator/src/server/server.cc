@@ -92,6 +92,8 @@ runtime::DriverOptions DriverOptionsFrom(const Config& c) {
   runtime::DriverOptions o;
   o.core.default_try_timeout_ms = c.transactions.try_timeout_ms;
   o.core.default_approval_timeout_ms = c.transactions.approval_timeout_ms;
+  o.core.max_try_timeout_ms = c.transactions.max_try_timeout_ms;
+  o.core.max_approval_timeout_ms = c.transactions.max_approval_timeout_ms;
   o.core.max_branches = c.limits.max_branches;
   o.core.max_payload_bytes = c.limits.max_payload_bytes;
   o.backoff.base_ms = c.retry.base_ms;
@@ -241,6 +243,7 @@ absl::Status Server::Impl::Start(const Config& config,
   svc.dedup_horizon_ms = [this] { return log_->DedupHorizonMs(); };
   svc.max_try_timeout_ms = config.transactions.max_try_timeout_ms;
   svc.max_approval_timeout_ms = config.transactions.max_approval_timeout_ms;
+  svc.max_clock_skew_ms = config.transactions.max_clock_skew_ms;
   svc.max_list_page = config.limits.max_list_page;
   svc.max_watch_streams = config.limits.max_watch_streams;
   rate_limiter_ = std::make_unique<rpc::RateLimiter>(
