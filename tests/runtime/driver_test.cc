@@ -988,4 +988,102 @@ TEST_CASE(
   CHECK(h.StoredState("gate1") == TxnState::kAwaitingApproval);
 }
 
+namespace {
+
+// Durable appends: the first is written; the second held until Release; the
+// third refused at once (RESOURCE_EXHAUSTED, nothing written: a full WAL
+// queue); later ones held for good (a WAL whose sync never ends).
+class HoldThenRefuseLog final : public ForwardingLog {
+ public:
+  using ForwardingLog::ForwardingLog;
+  void Append(wal::AppendRequest r, wal::AppendDone done) override {
+    if (r.durability == wal::Durability::kDurable) {
+      ++durable_;
+      if (durable_ == 3) {
+        done(absl::ResourceExhaustedError("the WAL queue is full"));
+        return;
+      }
+      if (durable_ >= 2) {
+        held_.emplace_back(std::move(r), std::move(done));
+        return;
+      }
+    }
+    inner_.Append(std::move(r), std::move(done));
+  }
+  // The first held append reaches the (auto-syncing) log: done runs here.
+  void Release() {
+    auto [r, done] = std::move(held_.front());
+    held_.erase(held_.begin());
+    inner_.Append(std::move(r), std::move(done));
+  }
+  int durable_ = 0;
+  std::vector<std::pair<wal::AppendRequest, wal::AppendDone>> held_;
+};
+
+}  // namespace
+
+TEST_CASE("a WAL completion is not credited to a later owner of the same gid",
+          "[driver]") {
+  // The owner is stopped (an append refused) while an earlier append is
+  // still being written; that append ends, and before its completion task
+  // runs the owner is dropped and the gid loaded again by a request that
+  // appends. The new owner numbers its persists afresh: the old completion
+  // must not acknowledge its append (its Try would leave before it is
+  // durable).
+  sim::DeterministicExecutor exec;
+  sim::SimClock clock;
+  wal::MemoryLog inner{wal::MemoryLogOptions{true, {}}};
+  HoldThenRefuseLog log(inner);
+  sim::SimTransport transport(clock, 7);
+  transport.CheckWriteAhead(&inner);
+  sim::BarrierParticipant p0([](const BranchCall&) { return true; });
+  transport.Add("p0", &p0);
+  RecordingObserver observer;
+  Driver driver(DriverOptions{}, std::vector<Executor*>{&exec}, clock,
+                transport, log, &observer);
+  REQUIRE(driver.Start().ok());
+  exec.RunAll();
+  core::BeginSpec begin;
+  begin.gid = "g-again";
+  begin.created_at_ms = clock.WallMs();
+  begin.revision = 1;
+  begin.timeout_ms = 60'000;
+  auto opened = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+  driver.Begin(begin, Into(opened));
+  exec.RunAll();
+  REQUIRE(opened->has_value());
+  REQUIRE((*opened)->ok());
+  auto branch = [](const std::string& id) {
+    wal::BranchSpec b;
+    b.branch_id = id;
+    b.participant = "p0";
+    b.action = "transfer";
+    b.payload = "x";
+    return b;
+  };
+  std::vector<std::shared_ptr<std::optional<absl::StatusOr<DriverReply>>>>
+      tried;
+  for (const char* id : {"b0", "b1"}) {
+    tried.push_back(
+        std::make_shared<std::optional<absl::StatusOr<DriverReply>>>());
+    driver.Try("g-again", branch(id), Into(tried.back()));
+    exec.RunAll();
+  }
+  REQUIRE(log.held_.size() == 1);  // b0's BranchAdded, being written
+  REQUIRE(tried[1]->has_value());  // b1's refused: the owner stopped
+  CHECK_FALSE((*tried[1])->ok());
+  // A read (it drops the stopped owner once b0's append ended) and a new
+  // branch (it loads the gid again and appends) queued; then b0's append
+  // ends, its task queued behind them.
+  auto got = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+  driver.Get("g-again", Into(got));
+  auto again = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+  driver.Try("g-again", branch("b2"), Into(again));
+  log.Release();
+  exec.RunAll();
+  REQUIRE(log.held_.size() == 1);   // b2's BranchAdded, never durable
+  CHECK_FALSE(again->has_value());  // not accepted before it is durable
+  CHECK(transport.violations().empty());
+  for (const auto& v : transport.violations()) UNSCOPED_INFO(v);
+}
 }  // namespace tcc::runtime

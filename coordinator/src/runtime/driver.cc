@@ -648,11 +648,17 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
           if (!self) return;
           self->OnShard(
               gid,
-              [gid, seqs, st](Impl& me, size_t sh) {
+              [gid, seqs, st, unwritten](Impl& me, size_t sh) {
+                // Only the owner that appended hears of it: the counter
+                // above fell before this task ran, so that owner may have
+                // been dropped meanwhile and the gid loaded again, and a
+                // new owner numbers its persists afresh (a stale
+                // DurableEvent could ack one of its own). A new owner read
+                // the log after this append ended, so it has what it wrote.
+                Owner* ow = me.Find(sh, gid);
+                if (ow == nullptr || ow->unwritten != unwritten) return;
                 if (st.code() == absl::StatusCode::kResourceExhausted) {
-                  if (Owner* ow = me.Find(sh, gid)) {
-                    ow->reload_when_dropped = true;
-                  }
+                  ow->reload_when_dropped = true;
                 }
                 for (const PersistSeq& p : seqs) {
                   if (!st.ok()) {
