@@ -104,6 +104,35 @@ TEST_CASE("circuit breaker: closed, open, half-open probe, closed",
   CHECK(b.State("p") == BreakerState::kOpen);
 }
 
+TEST_CASE(
+    "circuit breaker: an abandoned probe hands over to the next held call",
+    "[policies]") {
+  CircuitBreakers b(BreakerOptions{1, 100});
+  bool changed = false;
+  b.OnResult("p", false, 0, &changed);
+  REQUIRE(b.State("p") == BreakerState::kOpen);
+  int first = 0, second = 0;
+  REQUIRE(b.Admission("p", CallKind::kConfirm, 10, [&] { ++first; }) ==
+          CircuitBreakers::Admit::kHold);
+  REQUIRE(b.Admission("p", CallKind::kConfirm, 10, [&] { ++second; }) ==
+          CircuitBreakers::Admit::kHold);
+  auto probe = b.ProbeDue("p", 150);
+  REQUIRE(probe.size() == 1);
+  probe[0]();
+  CHECK(first == 1);
+  // Its transaction went away: the second held call probes instead.
+  auto next = b.ProbeAbandoned("p");
+  REQUIRE(next.size() == 1);
+  next[0]();
+  CHECK(second == 1);
+  // That one went away too: nothing left to hand over.
+  CHECK(b.ProbeAbandoned("p").empty());
+  CHECK(b.State("p") == BreakerState::kHalfOpen);
+  b.OnResult("p", true, 160, &changed);
+  CHECK(b.State("p") == BreakerState::kClosed);
+  CHECK(b.ProbeAbandoned("p").empty());
+}
+
 TEST_CASE("circuit breaker: the failed calls of one request count once",
           "[policies]") {
   CircuitBreakers b(BreakerOptions{3, 100});

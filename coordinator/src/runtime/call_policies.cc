@@ -163,9 +163,21 @@ std::vector<std::function<void()>> CircuitBreakers::ProbeDue(
   return release;
 }
 
-void CircuitBreakers::ProbeAbandoned(const std::string& participant) {
+std::vector<std::function<void()>> CircuitBreakers::ProbeAbandoned(
+    const std::string& participant) {
+  std::vector<std::function<void()>> release;
   std::lock_guard<std::mutex> lock(mu_);
-  breakers_[participant].probe_in_flight = false;
+  Breaker& b = breakers_[participant];
+  if (b.state != BreakerState::kHalfOpen || !b.probe_in_flight) return release;
+  // The next held call probes instead: else the held ones would wait for an
+  // unrelated call to this participant, which may never come.
+  b.probe_in_flight = false;
+  if (!b.held.empty()) {
+    b.probe_in_flight = true;
+    release.push_back(std::move(b.held.front()));
+    b.held.pop_front();
+  }
+  return release;
 }
 
 BreakerState CircuitBreakers::State(const std::string& participant) const {

@@ -124,8 +124,11 @@ class CircuitBreakers {
   // The open period passed: one held call becomes the probe (returned).
   std::vector<std::function<void()>> ProbeDue(const std::string& participant,
                                               int64_t now_mono);
-  // A probe that was released but never sent (its transaction went away).
-  void ProbeAbandoned(const std::string& participant);
+  // A released call that was not sent (its transaction went away, or the
+  // call is no longer wanted). When it was the probe, the next held call is
+  // the probe instead (returned, to run).
+  [[nodiscard]] std::vector<std::function<void()>> ProbeAbandoned(
+      const std::string& participant);
   BreakerState State(const std::string& participant) const;
   int64_t OpenMs() const { return options_.open_ms; }
 

@@ -762,6 +762,17 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     for (auto& f : release) f();
   }
 
+  // Whether `c` is still the call its branch waits for.
+  static bool StillCalling(const core::Txn& t, const core::CallEffect& c) {
+    if (c.branch >= t.branches.size()) return false;
+    const core::BranchRuntime& br = t.branches[c.branch];
+    const core::PhaseProgress& phase =
+        c.phase == wal::Phase::kTry ? br.try_phase : br.second_phase;
+    return br.op == core::BranchOp::kCalling && br.op_phase == c.phase &&
+           br.op_attempt == c.attempt &&
+           phase.state != core::PhaseState::kSucceeded;
+  }
+
   void SendCall(size_t s, const std::string& gid, Owner& o,
                 const core::CallEffect& c) {
     // Recovery drills: `driver.before_try_send=error` keeps every Try in
@@ -778,9 +789,11 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       auto self = weak.lock();
       if (!self) return;
       self->OnShard(gid, [gid, c, participant](Impl& me, size_t sh) {
+        // Held while the breaker was open: the transaction may have gone,
+        // or moved on (a branch resolved by hand, a newer attempt).
         Owner* ow = me.Find(sh, gid);
-        if (ow == nullptr) {
-          me.breakers_.ProbeAbandoned(participant);
+        if (ow == nullptr || !StillCalling(ow->txn, c)) {
+          for (auto& f : me.breakers_.ProbeAbandoned(participant)) f();
           return;
         }
         me.SendCallNow(sh, gid, *ow, c);
