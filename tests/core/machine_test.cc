@@ -765,6 +765,24 @@ TEST_CASE("a Rollback waiting on a forced Cancel the WAL refuses still cancels",
   CHECK(answers[0].status.ok());
 }
 
+TEST_CASE("a Commit with no branches before Begin is durable still decides",
+          "[machine]") {
+  Txn t;
+  StepResult r = Step(t, Begin(), kNow);
+  REQUIRE(r.status.ok());
+  r = Step(t, Commit({}), kNow);
+  REQUIRE(r.status.ok());
+  const uint64_t last = All<PersistEffect>(r.effects).back().seq;
+  auto fx = Run(t, DurableEvent{last});
+  CHECK(t.decision == Decision::kConfirm);
+  CHECK(t.state == TxnState::kConfirmed);
+  bool commit_answered = false;
+  for (const auto& a : All<AnswerEffect>(fx)) {
+    commit_answered |= a.request == 3 && a.status.ok();
+  }
+  CHECK(commit_answered);
+}
+
 TEST_CASE("recovery replays the records and resumes", "[machine]") {
   // Run a transaction to CONFIRMING, keep its records, rebuild a fresh Txn.
   Txn live;

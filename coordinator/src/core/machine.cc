@@ -426,7 +426,12 @@ void Stepper::KickUnresolvedTrys() {
 void Stepper::OnRegisteredDurable() {
   t_.registered_durable = true;
   effects_.push_back(ArmDeadlineEffect{DeadlineKind::kTry, t_.try_deadline_ms});
-  if (t_.interactive) return;
+  if (t_.interactive) {
+    // A Commit that came before this (with no branches: none could be
+    // added before) waits for nothing else.
+    Evaluate();
+    return;
+  }
   if (now_ >= t_.try_deadline_ms) {
     TryDeadlinePassed();
     return;
