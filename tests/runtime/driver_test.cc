@@ -771,6 +771,43 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "recovery: a transaction a request loaded (and finished) while its "
+    "scanned copy waited is not resumed again from that copy",
+    "[driver][crash]") {
+  DriverOptions o;
+  o.recovery_window = 1;
+  Harness h(2, o);
+  h.RegisterWith("driver.before_try_send=error", "q", 20);
+  RecordingObserver seen;
+  int refused = 0;
+  seen.on_signal = [&](const std::string&, const core::SignalEffect& s) {
+    if (s.kind == SignalKind::kAlert) ++refused;
+  };
+  h.CrashAndRestart(o, h.log, &seen);
+  // Before the scan runs: a read of the last one (loaded and resumed at
+  // once), and a new transaction (the WAL lacks it until it registers).
+  auto got = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+  h.driver->Get("q19", Into(got));
+  Result fresh = h.Submit(h.Spec("fresh", 2));
+  REQUIRE(h.Run([&] { return h.AllFinal("q", 20); }));
+  REQUIRE(h.Wait(fresh));
+  CHECK(fresh->value().ok());
+  for (int i = 0; i < 20; ++i) {
+    CHECK(h.StoredState("q" + std::to_string(i)) == TxnState::kConfirmed);
+  }
+  // q19 resumed once: one owner epoch taken after the crash.
+  auto q19 = h.log.Read("q19");
+  REQUIRE(q19.ok());
+  int epochs = 0;
+  for (const auto& rec : q19->records) {
+    epochs += std::holds_alternative<wal::EpochTaken>(rec);
+  }
+  CHECK(epochs == 1);
+  CHECK(refused == 0);
+  h.CheckInvariants();
+}
+
+TEST_CASE(
     "after a crash with every Try run but unanswered, recovery learns each "
     "outcome by asking and confirms without running a Try again",
     "[driver][crash]") {

@@ -101,6 +101,13 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     auto epoch = log_.TakeOwnerEpoch();
     if (!epoch.ok()) return epoch.status();
     epoch_ = *epoch;
+    {
+      // From now on (requests may come before the scan starts) Load notes
+      // what it reads, for the queued resumptions to skip.
+      std::lock_guard<std::mutex> lock(recovery_mu_);
+      recovery_scanning_ = true;
+      recovery_pending_ = true;
+    }
     std::weak_ptr<Impl> weak = weak_from_this();
     Executor* scan = options_.scan_executor != nullptr ? options_.scan_executor
                                                        : shards_[0].exec;
@@ -224,12 +231,19 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                               wal::TxnSummary* compact,
                               const wal::TxnSummary** summary) {
     if (Owner* o = Find(s, gid)) return o;
-    NoteLoadedDuringRecovery(gid);
+    // A gid the WAL does not hold may still be in the recovery scan if the
+    // scan's snapshot is taken after this read (a request creating it
+    // registers it first); once the snapshot is taken it cannot. Looked at
+    // before the read: noting every new gid for the whole recovery would
+    // grow without bound under load.
+    const bool before_snapshot = !recovery_snapshot_taken_.load();
     absl::StatusOr<wal::TxnLog> read = log_.Read(gid);
     if (read.status().code() == absl::StatusCode::kNotFound) {
+      if (before_snapshot) NoteLoadedDuringRecovery(gid);
       return static_cast<Owner*>(nullptr);
     }
     if (!read.ok()) return read.status();
+    NoteLoadedDuringRecovery(gid);
     if (read->summary.compacted) {
       *compact = read->summary;
       *summary = compact;
@@ -266,13 +280,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // Streams the unfinished transactions into the recovery queue, resuming
   // them (ResumeFromScan) while the scan goes on.
   void Scan() {
-    {
-      std::lock_guard<std::mutex> lock(recovery_mu_);
-      recovery_scanning_ = true;
-      recovery_pending_ = true;  // from now on Load notes what it reads
-    }
     size_t n = 0;
     absl::Status st = log_.ScanUnfinished([&](wal::TxnLog t) {
+      recovery_snapshot_taken_.store(true);
       {
         std::lock_guard<std::mutex> lock(recovery_mu_);
         recovery_queue_.push_back(std::move(t));
@@ -280,6 +290,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       if (++n % 256 == 0) ResumeFromScan();
       return absl::OkStatus();
     });
+    recovery_snapshot_taken_.store(true);
     {
       std::lock_guard<std::mutex> lock(recovery_mu_);
       recovery_scanning_ = false;
@@ -957,6 +968,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   bool recovery_scanning_ = false;
   // Resumptions queued or posted: Load notes the gids it reads.
   std::atomic<bool> recovery_pending_{false};
+  // The scan has its snapshot: a gid the WAL lacks now is not in it.
+  std::atomic<bool> recovery_snapshot_taken_{false};
   std::unordered_set<std::string> recovery_loaded_;
   std::atomic<uint64_t> epoch_{0};
   std::atomic<bool> halted_{false};
