@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "runtime/sim/sim_environment.h"
 #include "tcc/failpoint/failpoint.h"
@@ -805,6 +806,69 @@ TEST_CASE(
   CHECK(epochs == 1);
   CHECK(refused == 0);
   h.CheckInvariants();
+}
+
+namespace {
+
+// Runs each posted task on a thread of its own (the scan may block).
+class ThreadExecutor final : public Executor {
+ public:
+  ~ThreadExecutor() override {
+    for (auto& t : threads_) t.join();
+  }
+  void Post(std::function<void()> task) override {
+    threads_.emplace_back(std::move(task));
+  }
+
+ private:
+  std::vector<std::thread> threads_;
+};
+
+// Counts the transactions the scan has read.
+class CountingScanLog final : public ForwardingLog {
+ public:
+  using ForwardingLog::ForwardingLog;
+  absl::Status ScanUnfinished(
+      const std::function<absl::Status(wal::TxnLog)>& fn) override {
+    return inner_.ScanUnfinished([&](wal::TxnLog t) {
+      ++scanned;
+      return fn(std::move(t));
+    });
+  }
+  std::atomic<int> scanned{0};
+};
+
+}  // namespace
+
+TEST_CASE(
+    "recovery: the scan on its own executor pauses while its queue is full, "
+    "and gives up when the driver stops",
+    "[driver][crash]") {
+  DriverOptions o;
+  o.recovery_window = 1;
+  Harness h(2, o);
+  h.RegisterWith("driver.before_try_send=error", "m", 1500);
+  h.driver.reset();
+  h.exec.Clear();
+  h.log.Crash(0);
+  CountingScanLog counting(h.log);
+  ThreadExecutor scan_thread;
+  DriverOptions with_scan = o;
+  with_scan.scan_executor = &scan_thread;
+  auto driver =
+      std::make_unique<Driver>(with_scan, std::vector<Executor*>{&h.exec},
+                               h.clock, h.transport, counting, &h.observer);
+  REQUIRE(driver->Start().ok());
+  // The shards never run here: nothing resumes, so the queue fills and the
+  // scan must stop reading at max(1024, 4 x window), not take all 1,500.
+  for (int i = 0; i < 500 && counting.scanned.load() < 1024; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(counting.scanned.load() >= 1024);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(counting.scanned.load() < 1500);
+  // Stopping wakes the waiting scan (else the join below would hang).
+  driver.reset();
 }
 
 TEST_CASE(

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <random>
@@ -208,6 +209,14 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     });
   }
 
+  void StopRecovery() {
+    {
+      std::lock_guard<std::mutex> lock(recovery_mu_);
+      recovery_stopping_ = true;
+    }
+    recovery_room_.notify_all();
+  }
+
   uint64_t epoch() const { return epoch_; }
   bool halted() const { return halted_; }
   BreakerState breaker(const std::string& p) const {
@@ -281,13 +290,29 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // them (ResumeFromScan) while the scan goes on.
   void Scan() {
     size_t n = 0;
+    // On its own executor the scan waits while this many scanned
+    // transactions wait to resume: else it would hold every unfinished
+    // transaction of the WAL in memory at once, payloads included.
+    const size_t max_queued =
+        std::max<size_t>(1024, 4 * options_.recovery_window);
     absl::Status st = log_.ScanUnfinished([&](wal::TxnLog t) {
       recovery_snapshot_taken_.store(true);
+      bool full = false;
       {
         std::lock_guard<std::mutex> lock(recovery_mu_);
+        if (recovery_stopping_) {
+          return absl::CancelledError("the driver is stopping");
+        }
         recovery_queue_.push_back(std::move(t));
+        full = recovery_queue_.size() >= max_queued;
       }
-      if (++n % 256 == 0) ResumeFromScan();
+      if (++n % 256 == 0 || full) ResumeFromScan();
+      if (full && options_.scan_executor != nullptr) {
+        std::unique_lock<std::mutex> lock(recovery_mu_);
+        recovery_room_.wait(lock, [&] {
+          return recovery_stopping_ || recovery_queue_.size() < max_queued;
+        });
+      }
       return absl::OkStatus();
     });
     recovery_snapshot_taken_.store(true);
@@ -299,7 +324,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         recovery_pending_ = false;
       }
     }
-    if (!st.ok()) {
+    if (!st.ok() && !absl::IsCancelled(st)) {
       core::SignalEffect sig{
           core::SignalKind::kAlert, -1,
           absl::StrCat("recovery scan failed: ", st.ToString())};
@@ -323,6 +348,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         ++recovery_posted_;
       }
     }
+    if (!next.empty()) recovery_room_.notify_all();
     for (auto& shared : next) {
       std::string gid = shared->summary.gid;
       OnShard(gid, [gid, shared](Impl& self, size_t s) {
@@ -962,6 +988,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<Shard> shards_;
   // Scanned transactions not resumed yet, and how many hold a place.
   std::mutex recovery_mu_;
+  // The scan waits on it for room in recovery_queue_.
+  std::condition_variable recovery_room_;
+  bool recovery_stopping_ = false;
   std::deque<wal::TxnLog> recovery_queue_;
   size_t recovery_active_ = 0;
   size_t recovery_posted_ = 0;  // resumptions posted and not yet run
@@ -982,7 +1011,9 @@ Driver::Driver(DriverOptions options, std::vector<Executor*> shards,
     : impl_(std::make_shared<Impl>(std::move(options), std::move(shards), clock,
                                    transport, log, observer)) {}
 
-Driver::~Driver() = default;
+Driver::~Driver() { impl_->StopRecovery(); }
+
+void Driver::StopRecovery() { impl_->StopRecovery(); }
 
 absl::Status Driver::Start() { return impl_->Start(); }
 

@@ -110,7 +110,9 @@ struct DriverOptions {
   size_t recovery_window = 4096;
   // Where the recovery scan runs (it reads the whole WAL: seconds for
   // 100,000 unfinished transactions). Null: the first shard, which then
-  // waits for it. Not owned; must outlive the driver.
+  // waits for it. Not owned; must outlive the driver. On its own executor
+  // the scan pauses while max(1024, 4 x recovery_window) scanned
+  // transactions wait to resume, so memory stays bounded.
   Executor* scan_executor = nullptr;
 };
 
@@ -148,6 +150,10 @@ class Driver {
 
   // Admin: re-sends now what waits for a backoff timer (every branch, or one).
   void RetryNow(std::string gid, std::string branch_id, ReplyDone done);
+
+  // Ends the recovery scan early (one waiting for room in its queue gives
+  // up): call before the executors stop. The destructor does it too.
+  void StopRecovery();
 
   uint64_t owner_epoch() const;
   // True once the failpoint `driver.before_effect` fired with `error`: the

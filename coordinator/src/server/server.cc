@@ -341,6 +341,8 @@ absl::Status Server::Impl::Stop() {
   // Join the threads before the driver goes, so no task runs into it; keep
   // the io_context itself until the WAL's writer (which may still post
   // completions) is gone.
+  // A scan waiting for room in its queue would wait for the shards forever.
+  if (driver_) driver_->StopRecovery();
   if (threads_) threads_->Stop();
   if (scan_thread_) scan_thread_->Stop();  // a running scan ends first
   // Participant calls still in flight would call back into the transport,
