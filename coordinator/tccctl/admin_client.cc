@@ -5,7 +5,10 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace tcc::tccctl {
 namespace v1 = tcc::v1;
@@ -36,6 +39,22 @@ std::shared_ptr<grpc::Channel> MakeChannel(const AdminClientOptions& o) {
 }
 
 }  // namespace
+
+std::string PlaintextTokenWarning(const AdminClientOptions& o) {
+  if (o.token.empty() || !o.tls_ca_pem.empty()) return "";
+  absl::string_view host = o.address;
+  if (absl::StartsWith(host, "unix:")) return "";
+  if (const size_t colon = host.rfind(':'); colon != host.npos) {
+    host = host.substr(0, colon);
+  }
+  host = absl::StripPrefix(absl::StripSuffix(host, "]"), "[");
+  if (host == "localhost" || host == "::1" || absl::StartsWith(host, "127.")) {
+    return "";
+  }
+  return absl::StrCat("the admin token goes in plaintext to ", o.address,
+                      " (no --tls-ca): anyone on the path can read and reuse "
+                      "it");
+}
 
 absl::StatusOr<std::string> ParseTokenFile(const std::string& contents) {
   for (absl::string_view line : absl::StrSplit(contents, '\n')) {

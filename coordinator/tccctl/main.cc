@@ -121,6 +121,9 @@ absl::StatusOr<AdminClientOptions> ClientOptions(const Globals& g) {
     *out = *pem;
   }
   o.tls_server_name = g.tls_server_name;
+  if (std::string w = tcc::tccctl::PlaintextTokenWarning(o); !w.empty()) {
+    std::fprintf(stderr, "tccctl: warning: %s\n", w.c_str());
+  }
   return o;
 }
 

@@ -274,6 +274,21 @@ TEST_CASE(
   CHECK(admin_status(Tls(pki.ca_file(), *mallory)) ==
         grpc::StatusCode::PERMISSION_DENIED);
   CHECK(c.tccd()->WaitForLine("admin: Status by cert:alice from", 5000).ok());
+  {
+    // The admin listener has the client listener's request size limit
+    // (limits.max_request_bytes, 1 MiB), not gRPC's 4 MiB.
+    auto stub = v1::Admin::NewStub(grpc::CreateChannel(
+        absl::StrCat("127.0.0.1:", *admin_port), Tls(pki.ca_file(), *alice)));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+    v1::IssueApprovalRequest big;
+    big.set_gid("g-big");
+    big.set_reason(std::string(2 * 1024 * 1024, 'r'));
+    v1::IssueApprovalResponse resp;
+    CHECK(stub->IssueApproval(&ctx, big, &resp).error_code() ==
+          grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
 }
 
 TEST_CASE(

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "rpc/admin_auth.h"
+#include "rpc/admin_service.h"
 #include "rpc/rate_limiter.h"
 
 using tcc::rpc::PeerAddressWithoutPort;
@@ -59,4 +60,19 @@ TEST_CASE("peer addresses lose their port") {
   CHECK(PeerAddressWithoutPort("ipv4:127.0.0.1:5000") == "127.0.0.1");
   CHECK(PeerAddressWithoutPort("ipv6:[::1]:5000") == "::1");
   CHECK(PeerAddressWithoutPort("unix:/tmp/sock") == "unix");
+}
+
+TEST_CASE("audit text: a caller cannot forge or flood audit lines") {
+  using tcc::rpc::AuditText;
+  CHECK(AuditText("gid=g1 reason=ok") == "gid=g1 reason=ok");
+  const std::string forged =
+      "x\n2026-12-01T00:00:00Z I admin: ForceDecision by alice -> OK";
+  const std::string safe = AuditText(forged);
+  CHECK(safe.find('\n') == std::string::npos);
+  CHECK(safe.rfind("x\\n2026", 0) == 0);
+  CHECK(AuditText("a\rb\x01"
+                  "c\\d") == "a\\x0db\\x01c\\\\d");
+  const std::string long_text(5000, 'r');
+  CHECK(AuditText(long_text).size() == 512 + 3);
+  CHECK(AuditText(long_text, 10) == "rrrrrrrrrr...");
 }

@@ -145,3 +145,23 @@ TEST_CASE(
     CHECK(s.service.last_peer_cn() == "alice");
   }
 }
+
+TEST_CASE("a token sent in plaintext off this machine is warned about") {
+  tcc::tccctl::AdminClientOptions o;
+  o.token = "secret-token-1234";
+  o.address = "10.0.0.5:7071";
+  CHECK(tcc::tccctl::PlaintextTokenWarning(o).find("plaintext to "
+                                                   "10.0.0.5:7071") !=
+        std::string::npos);
+  for (const char* local : {"127.0.0.1:7070", "localhost:7070", "[::1]:7070",
+                            "unix:/run/tccd.sock"}) {
+    o.address = local;
+    CHECK(tcc::tccctl::PlaintextTokenWarning(o).empty());
+  }
+  o.address = "10.0.0.5:7071";
+  o.tls_ca_pem = "-----BEGIN CERTIFICATE-----";
+  CHECK(tcc::tccctl::PlaintextTokenWarning(o).empty());
+  o.tls_ca_pem.clear();
+  o.token.clear();
+  CHECK(tcc::tccctl::PlaintextTokenWarning(o).empty());
+}

@@ -17,6 +17,28 @@ constexpr size_t kMaxReasonBytes = 1024;
 
 }  // namespace
 
+std::string AuditText(std::string_view text, size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes) + 3);
+  for (char ch : text) {
+    if (out.size() >= max_bytes) {
+      out += "...";
+      break;
+    }
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c == 0x7f) {
+      absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 // One admin call: authenticates it, and finishes it exactly once with an
 // audit entry. Copyable, so callbacks carry it.
 class AdminService::Call {

@@ -368,7 +368,15 @@ class WatchReactor final
     }
     tcc::v1::WatchEvent event;
     ToProto(*view, event.mutable_transaction());
-    queue_.push_back(std::move(event));
+    // Each event is the whole transaction: while one is being written, only
+    // the newest waiting one matters. A reader slower than the changes (a
+    // branch retried for hours changes at every attempt) skips the ones in
+    // between instead of growing the queue without bound.
+    if (queue_.size() >= 2) {
+      queue_.back() = std::move(event);
+    } else {
+      queue_.push_back(std::move(event));
+    }
     if (wal::IsFinal(view->state)) final_queued_ = true;
     NextLocked();
   }

@@ -78,13 +78,16 @@ std::string NewApprovalId() {
 }
 
 // The audit log: every admin call, with who made it.
+// Caller-supplied text is escaped and cut (rpc::AuditText).
 void LogAdminCall(const rpc::AdminAudit& a) {
+  using rpc::AuditText;
   if (a.status.ok()) {
-    spdlog::info("admin: {} by {} from {}: {} -> OK", a.method, a.who, a.peer,
-                 a.target);
+    spdlog::info("admin: {} by {} from {}: {} -> OK", a.method,
+                 AuditText(a.who), AuditText(a.peer), AuditText(a.target));
   } else {
-    spdlog::warn("admin: {} by {} from {}: {} -> {}", a.method, a.who, a.peer,
-                 a.target, a.status.ToString());
+    spdlog::warn("admin: {} by {} from {}: {} -> {}", a.method,
+                 AuditText(a.who), AuditText(a.peer), AuditText(a.target),
+                 AuditText(a.status.ToString()));
   }
 }
 
@@ -287,6 +290,8 @@ absl::Status Server::Impl::Start(const Config& config,
     grpc::ServerBuilder admin;
     admin.AddListeningPort(config.admin_listen, *admin_credentials,
                            &admin_port_);
+    admin.SetMaxReceiveMessageSize(
+        static_cast<int>(config.limits.max_request_bytes));
     admin.RegisterService(admin_service_.get());
     admin_server_ = admin.BuildAndStart();
     if (!admin_server_ || admin_port_ == 0) {
