@@ -331,7 +331,28 @@ TEST_CASE("List pages through every match, oldest registration first") {
   CHECK(exact->items.size() == 5);
   CHECK(exact->next_page_token.empty());
 
+  // A page examines at most scan_budget transactions: a selective filter
+  // gets short (or empty) pages with a token, and paging still finds all.
+  q = ListQuery{};
+  q.page_size = 10;
+  q.scan_budget = 2;
+  q.states = {TxnState::kCancelled};
+  absl::StatusOr<ListPage> first = log.List(q);
+  REQUIRE(first.ok());
+  CHECK(first->items.size() == 1);  // g100 (cancelled), g99 (trying)
+  CHECK_FALSE(first->next_page_token.empty());
+  auto [cancelled, budget_pages] = all_pages(q);
+  CHECK(cancelled.size() == 9);
+  CHECK(budget_pages >= 12);
+  q.states = {};
+  q.scan_budget = 4;
+  q.participant = "ledger";
+  CHECK(all_pages(q).first.size() == 13);
+
   ListQuery bad;
+  bad.scan_budget = 0;
+  CHECK(absl::IsInvalidArgument(log.List(bad).status()));
+  bad.scan_budget = 10000;
   bad.page_size = 0;
   CHECK(absl::IsInvalidArgument(log.List(bad).status()));
   bad.page_size = 1001;

@@ -207,8 +207,19 @@ absl::StatusOr<ListPage> MemoryLog::List(const ListQuery& query) {
         {(*pos)->registered_at_ms, (*pos)->gid});
   }
   ListPage page;
+  size_t examined = 0;
   for (; it != live_.by_registration.end(); ++it) {
     const TxnSummary& summary = live_.txns.find(it->second)->second.summary;
+    if (query.registered_before_ms != 0 &&
+        summary.registered_at_ms >= query.registered_before_ms) {
+      break;
+    }
+    if (examined++ == query.scan_budget) {  // as RocksDbLog::List
+      auto last = std::prev(it);
+      page.next_page_token =
+          internal::EncodePageToken(last->first, last->second);
+      break;
+    }
     if (!internal::MatchesQuery(summary, query)) continue;
     if (page.items.size() == query.page_size) {
       const TxnSummary& last = page.items.back();

@@ -1140,6 +1140,9 @@ absl::StatusOr<ListPage> RocksDbLog::Impl::List(const ListQuery& query) {
     it->Seek("o/");
   }
   ListPage page;
+  size_t examined = 0;
+  int64_t last_examined_ms = 0;
+  std::string last_examined_gid;
   for (; it->Valid() && it->key().starts_with("o/"); it->Next()) {
     if (!after.empty() && it->key() == rocksdb::Slice(after)) continue;
     int64_t registered_at_ms = 0;
@@ -1152,6 +1155,14 @@ absl::StatusOr<ListPage> RocksDbLog::Impl::List(const ListQuery& query) {
         registered_at_ms >= query.registered_before_ms) {
       break;
     }
+    if (examined++ == query.scan_budget) {
+      // Go on from the last one examined (this one comes first next time).
+      page.next_page_token =
+          internal::EncodePageToken(last_examined_ms, last_examined_gid);
+      break;
+    }
+    last_examined_ms = registered_at_ms;
+    last_examined_gid = gid;
     absl::StatusOr<std::optional<StoredSummary>> stored = GetSummary(ro, gid);
     if (!stored.ok()) return stored.status();
     if (!stored->has_value()) {

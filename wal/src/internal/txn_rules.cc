@@ -343,6 +343,9 @@ absl::Status ValidateListQuery(const ListQuery& query) {
   if (query.page_size < 1 || query.page_size > 1000) {
     return absl::InvalidArgumentError("page_size must be 1..1000");
   }
+  if (query.scan_budget < 1) {
+    return absl::InvalidArgumentError("scan_budget must be at least 1");
+  }
   for (TxnState s : query.states) {
     if (!IsKnownState(s)) return absl::InvalidArgumentError("unknown state");
   }

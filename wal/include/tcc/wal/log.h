@@ -124,6 +124,10 @@ struct ListQuery {
   std::string participant;           // empty: any
   size_t page_size = 100;            // 1..1000
   std::string page_token;            // from ListPage::next_page_token
+  // A page examines at most this many transactions (a filter matching few
+  // would otherwise read the whole index in one call): it may then hold
+  // fewer than page_size, even none, with a next_page_token to go on from.
+  size_t scan_budget = 10000;
 };
 
 struct ListPage {
