@@ -46,7 +46,7 @@ class GrpcTransport final : public runtime::ParticipantTransport {
     int rpcs_in_flight = 1;
     // Participants with their own rpcs_in_flight.
     std::map<std::string, int> rpcs_in_flight_for = {};
-    int batch_max_calls = 256;
+    int batch_max_calls = 1024;
     int64_t batch_max_bytes = 1024 * 1024;
     int max_outstanding = 512;
   };

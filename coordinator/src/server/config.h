@@ -102,7 +102,7 @@ struct CircuitBreakerConfig {
 // up to `max_outstanding`.
 struct ParticipantCallsConfig {
   uint32_t rpcs_in_flight = 1;
-  uint32_t batch_max_calls = 256;
+  uint32_t batch_max_calls = 1024;
   uint64_t batch_max_bytes = 1024 * 1024;
   uint32_t max_outstanding = 512;
 };
