@@ -281,12 +281,19 @@ TEST_CASE("approval gate: approve confirms; one approval, one use") {
   CHECK(a.used_at_ms() == 0);
   CHECK(a.expires_at_ms() > a.issued_at_ms());
 
-  // Two operators use it at once: exactly one wins.
+  // Two operators use it at once: exactly one wins. A use that comes while
+  // the winner's decision waits for its sync is told UNAVAILABLE (that
+  // decision may yet be refused) and retries, as tccctl's user would.
   std::atomic<int> ok{0}, refused{0};
   std::vector<std::thread> threads;
   for (Admin* who : {&alice, &bob, &alice, &bob}) {
     threads.emplace_back([&, who] {
       grpc::Status s = who->Approve(req.gid(), a.approval_id());
+      for (int i = 0;
+           i < 100 && s.error_code() == grpc::StatusCode::UNAVAILABLE; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        s = who->Approve(req.gid(), a.approval_id());
+      }
       if (s.ok()) {
         ++ok;
       } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
