@@ -393,6 +393,29 @@ TEST_CASE(
   h.CheckInvariants();
 }
 
+TEST_CASE("a Submit or Begin without created_at is refused, nothing written",
+          "[driver]") {
+  Harness h(2);
+  for (int64_t bad : {int64_t{0}, int64_t{-5}}) {
+    core::SubmitSpec spec = h.Spec("g-no-time", 2);
+    spec.created_at_ms = bad;
+    Result r = h.Submit(std::move(spec));
+    REQUIRE(h.Wait(r));
+    CHECK(r->value().status().code() == absl::StatusCode::kInvalidArgument);
+    core::BeginSpec begin;
+    begin.gid = "g-no-time-b";
+    begin.created_at_ms = bad;
+    begin.revision = 1;
+    auto b = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+    h.driver->Begin(begin, Into(b));
+    REQUIRE(h.Wait(b));
+    CHECK(b->value().status().code() == absl::StatusCode::kInvalidArgument);
+  }
+  CHECK(h.log.Read("g-no-time").status().code() == absl::StatusCode::kNotFound);
+  CHECK(h.log.Read("g-no-time-b").status().code() ==
+        absl::StatusCode::kNotFound);
+}
+
 TEST_CASE("duplicate Submit answered once each; conflicting Submit refused",
           "[driver]") {
   Harness h(2);

@@ -523,7 +523,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // Checks that need more than the core knows: the deduplication horizon and
   // the configured participants.
   absl::Status Admissible(const Event& event) const {
-    int64_t created_at = -1;
+    std::optional<int64_t> created_at;
     std::vector<const wal::BranchSpec*> branches;
     if (const auto* e = std::get_if<core::SubmitEvent>(&event)) {
       created_at = e->spec.created_at_ms;
@@ -533,9 +533,13 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     } else if (const auto* e = std::get_if<core::TryEvent>(&event)) {
       branches.push_back(&e->branch);
     }
-    if (created_at >= 0 && created_at < log_.DedupHorizonMs()) {
+    if (created_at.has_value() && *created_at <= 0) {
+      return absl::InvalidArgumentError(
+          "created_at_ms is required (Unix ms, > 0)");
+    }
+    if (created_at.has_value() && *created_at < log_.DedupHorizonMs()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "created_at ", created_at,
+          "created_at ", *created_at,
           " is older than the deduplication horizon ", log_.DedupHorizonMs(),
           ": a retry could not be told from a new request; use a new gid"));
     }
