@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -43,7 +44,19 @@ std::shared_ptr<grpc::Channel> MakeChannel(const AdminClientOptions& o) {
 std::string PlaintextTokenWarning(const AdminClientOptions& o) {
   if (o.token.empty() || !o.tls_ca_pem.empty()) return "";
   absl::string_view host = o.address;
-  if (absl::StartsWith(host, "unix:")) return "";
+  if (absl::StartsWith(host, "unix:") ||
+      absl::StartsWith(host, "unix-abstract:")) {
+    return "";
+  }
+  // gRPC target schemes: dns:[//authority/]host:port, ipv4:, ipv6:.
+  for (absl::string_view scheme : {"dns:", "ipv4:", "ipv6:"}) {
+    if (absl::ConsumePrefix(&host, scheme)) break;
+  }
+  if (absl::ConsumePrefix(&host, "//")) {
+    host = host.substr(std::min(host.find('/'), host.size()));
+    absl::ConsumePrefix(&host, "/");
+  }
+  if (host == "::1" || host == "localhost") return "";
   if (const size_t colon = host.rfind(':'); colon != host.npos) {
     host = host.substr(0, colon);
   }

@@ -82,11 +82,15 @@ TEST_CASE("circuit breaker: closed, open, half-open probe, closed",
   CHECK(b.State("p") == BreakerState::kOpen);
   CHECK(b.Admission("p", CallKind::kTry, 50, nullptr) ==
         CircuitBreakers::Admit::kFailFast);
-  int released = 0;
-  CHECK(b.Admission("p", CallKind::kConfirm, 50, [&] { ++released; }) ==
-        CircuitBreakers::Admit::kHold);
-  CHECK(b.Admission("p", CallKind::kCancel, 60, [&] { ++released; }) ==
-        CircuitBreakers::Admit::kHold);
+  int released = 0, as_probe = 0;
+  CHECK(b.Admission("p", CallKind::kConfirm, 50, [&](bool probe) {
+    ++released;
+    as_probe += probe;
+  }) == CircuitBreakers::Admit::kHold);
+  CHECK(b.Admission("p", CallKind::kCancel, 60, [&](bool probe) {
+    ++released;
+    as_probe += probe;
+  }) == CircuitBreakers::Admit::kHold);
   auto probe = b.ProbeDue("p", 150);
   REQUIRE(probe.size() == 1);
   CHECK(b.State("p") == BreakerState::kHalfOpen);
@@ -95,6 +99,7 @@ TEST_CASE("circuit breaker: closed, open, half-open probe, closed",
   CHECK(b.State("p") == BreakerState::kClosed);
   for (auto& f : rest) f();
   CHECK(released == 2);
+  CHECK(as_probe == 1);  // the first as the probe, the other on closing
   // A failed probe opens it again.
   b.OnResult("p", false, 200, &changed);
   b.OnResult("p", false, 200, &changed);
@@ -112,10 +117,14 @@ TEST_CASE(
   b.OnResult("p", false, 0, &changed);
   REQUIRE(b.State("p") == BreakerState::kOpen);
   int first = 0, second = 0;
-  REQUIRE(b.Admission("p", CallKind::kConfirm, 10, [&] { ++first; }) ==
-          CircuitBreakers::Admit::kHold);
-  REQUIRE(b.Admission("p", CallKind::kConfirm, 10, [&] { ++second; }) ==
-          CircuitBreakers::Admit::kHold);
+  REQUIRE(b.Admission("p", CallKind::kConfirm, 10, [&](bool probe) {
+    ++first;
+    CHECK(probe);
+  }) == CircuitBreakers::Admit::kHold);
+  REQUIRE(b.Admission("p", CallKind::kConfirm, 10, [&](bool probe) {
+    ++second;
+    CHECK(probe);
+  }) == CircuitBreakers::Admit::kHold);
   auto probe = b.ProbeDue("p", 150);
   REQUIRE(probe.size() == 1);
   probe[0]();

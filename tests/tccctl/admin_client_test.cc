@@ -153,11 +153,17 @@ TEST_CASE("a token sent in plaintext off this machine is warned about") {
   CHECK(tcc::tccctl::PlaintextTokenWarning(o).find("plaintext to "
                                                    "10.0.0.5:7071") !=
         std::string::npos);
-  for (const char* local : {"127.0.0.1:7070", "localhost:7070", "[::1]:7070",
-                            "unix:/run/tccd.sock"}) {
+  for (const char* local :
+       {"127.0.0.1:7070", "localhost:7070", "[::1]:7070", "::1",
+        "unix:/run/tccd.sock", "unix-abstract:tccd", "ipv4:127.0.0.1:7070",
+        "dns:///localhost:7070", "dns://8.8.8.8/localhost:7070",
+        "ipv6:[::1]:7070"}) {
+    INFO(local);
     o.address = local;
     CHECK(tcc::tccctl::PlaintextTokenWarning(o).empty());
   }
+  o.address = "dns:///tccd.example.com:7071";
+  CHECK_FALSE(tcc::tccctl::PlaintextTokenWarning(o).empty());
   o.address = "10.0.0.5:7071";
   o.tls_ca_pem = "-----BEGIN CERTIFICATE-----";
   CHECK(tcc::tccctl::PlaintextTokenWarning(o).empty());

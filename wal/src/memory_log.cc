@@ -1,6 +1,7 @@
 #include "tcc/wal/memory_log.h"
 
 #include <algorithm>
+#include <limits>
 #include <tuple>
 #include <variant>
 
@@ -262,7 +263,10 @@ absl::Status MemoryLog::RunRetention(int64_t now_ms) {
   if (!failure_.ok()) return failure_;
   const RetentionPolicy& policy = options_.retention;
   auto forget = [this](const std::string& gid, int64_t created_at_ms) {
-    dedup_horizon_ms_ = std::max(dedup_horizon_ms_, created_at_ms + 1);
+    dedup_horizon_ms_ = std::max(
+        dedup_horizon_ms_, created_at_ms == std::numeric_limits<int64_t>::max()
+                               ? created_at_ms
+                               : created_at_ms + 1);
     Forget(live_, gid);
     Forget(synced_, gid);
   };

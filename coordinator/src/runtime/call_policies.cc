@@ -86,7 +86,7 @@ const char* BreakerStateName(BreakerState s) {
 
 CircuitBreakers::Admit CircuitBreakers::Admission(
     const std::string& participant, CallKind kind, int64_t now_mono,
-    std::function<void()> held) {
+    std::function<void(bool)> held) {
   std::lock_guard<std::mutex> lock(mu_);
   Breaker& b = breakers_[participant];
   if (b.state == BreakerState::kClosed) return Admit::kSend;
@@ -126,8 +126,9 @@ std::vector<std::function<void()>> CircuitBreakers::OnResult(
     if (b.state != BreakerState::kClosed) {
       b.state = BreakerState::kClosed;
       b.probe_in_flight = false;
-      release.assign(std::make_move_iterator(b.held.begin()),
-                     std::make_move_iterator(b.held.end()));
+      for (auto& h : b.held) {
+        release.push_back([h = std::move(h)] { h(false); });
+      }
       b.held.clear();
     }
   } else {
@@ -157,7 +158,7 @@ std::vector<std::function<void()>> CircuitBreakers::ProbeDue(
   b.probe_in_flight = false;
   if (!b.held.empty()) {
     b.probe_in_flight = true;
-    release.push_back(std::move(b.held.front()));
+    release.push_back([h = std::move(b.held.front())] { h(true); });
     b.held.pop_front();
   }
   return release;
@@ -174,7 +175,7 @@ std::vector<std::function<void()>> CircuitBreakers::ProbeAbandoned(
   b.probe_in_flight = false;
   if (!b.held.empty()) {
     b.probe_in_flight = true;
-    release.push_back(std::move(b.held.front()));
+    release.push_back([h = std::move(b.held.front())] { h(true); });
     b.held.pop_front();
   }
   return release;

@@ -109,9 +109,10 @@ class CircuitBreakers {
 
   enum class Admit : uint8_t { kSend, kFailFast, kHold };
   // Whether a call of `kind` may go now. kHold: `held` is kept and returned
-  // by a later OnResult/ProbeDue once the participant is back.
+  // by a later OnResult/ProbeDue once the participant is back; it is then
+  // called with whether it was released as the probe.
   Admit Admission(const std::string& participant, CallKind kind,
-                  int64_t now_mono, std::function<void()> held);
+                  int64_t now_mono, std::function<void(bool as_probe)> held);
   // A call's result: `reached` when the participant answered (any outcome or
   // a non-transient error). Returns held calls to release now, and whether
   // the state changed (for the observer). `rpc`: the id of the request that
@@ -124,9 +125,9 @@ class CircuitBreakers {
   // The open period passed: one held call becomes the probe (returned).
   std::vector<std::function<void()>> ProbeDue(const std::string& participant,
                                               int64_t now_mono);
-  // A released call that was not sent (its transaction went away, or the
-  // call is no longer wanted). When it was the probe, the next held call is
-  // the probe instead (returned, to run).
+  // A call released as the probe (`as_probe`) that was not sent (its
+  // transaction went away, or the call is no longer wanted): the next held
+  // call is the probe instead (returned, to run).
   [[nodiscard]] std::vector<std::function<void()>> ProbeAbandoned(
       const std::string& participant);
   BreakerState State(const std::string& participant) const;
@@ -138,7 +139,7 @@ class CircuitBreakers {
     uint32_t failures = 0;
     int64_t opened_at = 0;
     bool probe_in_flight = false;
-    std::deque<std::function<void()>> held;
+    std::deque<std::function<void(bool)>> held;
     // The requests whose failure was counted last (their other calls'
     // failures arrive after, possibly interleaved with other requests').
     std::array<uint64_t, 8> counted_rpcs{};

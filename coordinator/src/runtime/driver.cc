@@ -293,6 +293,12 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     // On its own executor the scan waits while this many scanned
     // transactions wait to resume: else it would hold every unfinished
     // transaction of the WAL in memory at once, payloads included.
+    // Only on an executor of its own: a shard waiting here would never run
+    // the resumptions that make room.
+    bool scan_may_wait = options_.scan_executor != nullptr;
+    for (const Shard& sh : shards_) {
+      if (sh.exec == options_.scan_executor) scan_may_wait = false;
+    }
     const size_t max_queued =
         std::max<size_t>(1024, 4 * options_.recovery_window);
     absl::Status st = log_.ScanUnfinished([&](wal::TxnLog t) {
@@ -307,7 +313,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         full = recovery_queue_.size() >= max_queued;
       }
       if (++n % 256 == 0 || full) ResumeFromScan();
-      if (full && options_.scan_executor != nullptr) {
+      if (full && scan_may_wait) {
         std::unique_lock<std::mutex> lock(recovery_mu_);
         recovery_room_.wait(lock, [&] {
           return recovery_stopping_ || recovery_queue_.size() < max_queued;
@@ -826,15 +832,17 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     const std::string participant = o.txn.branches[c.branch].spec.participant;
     const CallKind kind = KindOf(c.phase);
     std::weak_ptr<Impl> weak = weak_from_this();
-    auto held = [weak, gid, c, participant] {
+    auto held = [weak, gid, c, participant](bool as_probe) {
       auto self = weak.lock();
       if (!self) return;
-      self->OnShard(gid, [gid, c, participant](Impl& me, size_t sh) {
+      self->OnShard(gid, [gid, c, participant, as_probe](Impl& me, size_t sh) {
         // Held while the breaker was open: the transaction may have gone,
         // or moved on (a branch resolved by hand, a newer attempt).
         Owner* ow = me.Find(sh, gid);
         if (ow == nullptr || !StillCalling(ow->txn, c)) {
-          for (auto& f : me.breakers_.ProbeAbandoned(participant)) f();
+          if (as_probe) {
+            for (auto& f : me.breakers_.ProbeAbandoned(participant)) f();
+          }
           return;
         }
         me.SendCallNow(sh, gid, *ow, c);

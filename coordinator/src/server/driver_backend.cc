@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace tcc::server {
@@ -356,6 +359,9 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
     wal::ListQuery q;
     q.states = {s};
     q.page_size = 1000;
+    // Counted to the end of the index (a client List page stops early).
+    q.scan_budget = std::numeric_limits<size_t>::max();
+    bool first_seen = false;
     // Bounded: counts up to 100,000 per state.
     for (int page = 0; page < 100; ++page) {
       auto p = log_.List(q);
@@ -364,7 +370,8 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
       for (const auto& item : p->items) {
         from_before_start += item.registered_at_ms < started_at_ms_;
       }
-      if (page == 0 && !p->items.empty()) {
+      if (!first_seen && !p->items.empty()) {
+        first_seen = true;
         const uint64_t age = static_cast<uint64_t>(
             std::max<int64_t>(0, now - p->items.front().registered_at_ms));
         h.oldest_unfinished_age_ms = std::max(h.oldest_unfinished_age_ms, age);
