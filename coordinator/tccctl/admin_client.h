@@ -35,13 +35,13 @@ struct AdminClientOptions {
   int64_t watch_timeout_ms = 0;
 };
 
-// The token in a token file's contents: the whole file when it holds one
-// word, else the second word of the first line that is neither empty nor a
-// `#` comment (tccd's `NAME TOKEN` format). INVALID_ARGUMENT when none.
 // A warning when `o` would send a token in plaintext off this machine (no
 // TLS, an address that is not loopback or a unix socket); empty otherwise.
 std::string PlaintextTokenWarning(const AdminClientOptions& o);
 
+// The token in a token file's contents: the whole file when it holds one
+// word, else the second word of the first line that is neither empty nor a
+// `#` comment (tccd's `NAME TOKEN` format). INVALID_ARGUMENT when none.
 absl::StatusOr<std::string> ParseTokenFile(const std::string& contents);
 
 class AdminClient {

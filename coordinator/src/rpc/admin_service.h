@@ -29,12 +29,12 @@
 
 namespace tcc::rpc {
 
-// One admin call, for the audit log.
 // `text` made safe for one audit log line: control characters and
 // backslashes escaped (\n, \xNN), cut at `max_bytes` with "...": a caller's
 // gid, reason or approval id can then neither forge lines nor flood the log.
 std::string AuditText(std::string_view text, size_t max_bytes = 512);
 
+// One admin call, for the audit log.
 struct AdminAudit {
   std::string who;     // the admin identity, or "-" when refused
   std::string peer;    // the caller's address
