@@ -4,6 +4,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <future>
+#include <set>
 #include <thread>
 
 #include "log_factories.h"
@@ -360,6 +361,40 @@ TEST_CASE("List pages through every match, oldest registration first") {
   bad.page_size = 10;
   bad.page_token = "garbage";
   CHECK(absl::IsInvalidArgument(log.List(bad).status()));
+}
+
+TEST_CASE(
+    "ScanUnfinished: a long scan sees one view, each transaction once, while "
+    "the log changes under it") {
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  Log& log = h->log();
+  constexpr int kTxns = 700;  // several of the scan's batches
+  for (int i = 0; i < kTxns; ++i) {
+    REQUIRE(Register(log, "s" + std::to_string(i), 10000 + i).ok());
+  }
+  std::vector<int64_t> times;
+  std::set<std::string> seen;
+  REQUIRE(log.ScanUnfinished([&](TxnLog txn) {
+               times.push_back(txn.summary.registered_at_ms);
+               seen.insert(txn.summary.gid);
+               if (times.size() == 300) {
+                 // Between visits: a new one registers, one not yet visited
+                 // finishes. The scan's view is from before both.
+                 CHECK(Register(log, "late", 20000).ok());
+                 CHECK(AppendAndWait(
+                           log, Req("s650", {MakeDecided(Decision::kConfirm),
+                                             MakeFinished(TxnState::kConfirmed,
+                                                          30000)}))
+                           .ok());
+               }
+               return absl::OkStatus();
+             })
+              .ok());
+  CHECK(times.size() == kTxns);
+  CHECK(seen.size() == kTxns);
+  CHECK(std::is_sorted(times.begin(), times.end()));
+  CHECK(seen.count("late") == 0);
+  CHECK(seen.count("s650") == 1);
 }
 
 TEST_CASE("ScanUnfinished visits every unfinished transaction in order") {

@@ -1241,11 +1241,29 @@ absl::Status RocksDbLog::Impl::ScanUnfinished(
     if (entry.encoded_size != 0) warm.warm.emplace_back(gid, std::move(entry));
     batch.push_back(*std::move(txn));
     if (batch.size() == kBatch) {
+      // Visiting may wait (the driver pauses its scan while too many wait to
+      // resume): the iterators go first, so that they pin no memtable
+      // meanwhile; the snapshot stays, so the scan's view does not change.
+      const std::string last = it->key().ToString();
+      it.reset();
+      records.reset();
       status = visit_batch();
       if (!status.ok()) break;
+      it.reset(db_->NewIterator(ro));
+      records.reset(db_->NewIterator(ro));
+      it->Seek(last);
+      if (!it->Valid() || it->key() != rocksdb::Slice(last)) {
+        status = FromRocks(it->status(), "scanning unfinished");
+        if (status.ok()) {
+          status = absl::InternalError("WAL: the scan lost its place");
+        }
+        break;
+      }
     }
   }
-  if (status.ok()) status = FromRocks(it->status(), "scanning unfinished");
+  if (status.ok() && it) {
+    status = FromRocks(it->status(), "scanning unfinished");
+  }
   if (status.ok()) status = visit_batch();
   return status;
 }
