@@ -145,40 +145,37 @@ std::vector<std::function<void()>> CircuitBreakers::OnResult(
   return release;
 }
 
-std::vector<std::function<void()>> CircuitBreakers::ProbeDue(
-    const std::string& participant, int64_t now_mono) {
+// The first held call, released as the probe (none: no probe in flight).
+std::vector<std::function<void()>> CircuitBreakers::NextProbe(Breaker& b) {
   std::vector<std::function<void()>> release;
-  std::lock_guard<std::mutex> lock(mu_);
-  Breaker& b = breakers_[participant];
-  if (b.state != BreakerState::kOpen ||
-      now_mono - b.opened_at < options_.open_ms) {
-    return release;
-  }
-  b.state = BreakerState::kHalfOpen;
-  b.probe_in_flight = false;
-  if (!b.held.empty()) {
-    b.probe_in_flight = true;
+  b.probe_in_flight = !b.held.empty();
+  if (b.probe_in_flight) {
     release.push_back([h = std::move(b.held.front())] { h(true); });
     b.held.pop_front();
   }
   return release;
 }
 
-std::vector<std::function<void()>> CircuitBreakers::ProbeAbandoned(
-    const std::string& participant) {
-  std::vector<std::function<void()>> release;
+std::vector<std::function<void()>> CircuitBreakers::ProbeDue(
+    const std::string& participant, int64_t now_mono) {
   std::lock_guard<std::mutex> lock(mu_);
   Breaker& b = breakers_[participant];
-  if (b.state != BreakerState::kHalfOpen || !b.probe_in_flight) return release;
+  if (b.state != BreakerState::kOpen ||
+      now_mono - b.opened_at < options_.open_ms) {
+    return {};
+  }
+  b.state = BreakerState::kHalfOpen;
+  return NextProbe(b);
+}
+
+std::vector<std::function<void()>> CircuitBreakers::ProbeAbandoned(
+    const std::string& participant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Breaker& b = breakers_[participant];
+  if (b.state != BreakerState::kHalfOpen || !b.probe_in_flight) return {};
   // The next held call probes instead: else the held ones would wait for an
   // unrelated call to this participant, which may never come.
-  b.probe_in_flight = false;
-  if (!b.held.empty()) {
-    b.probe_in_flight = true;
-    release.push_back([h = std::move(b.held.front())] { h(true); });
-    b.held.pop_front();
-  }
-  return release;
+  return NextProbe(b);
 }
 
 BreakerState CircuitBreakers::State(const std::string& participant) const {

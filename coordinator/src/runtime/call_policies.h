@@ -145,6 +145,7 @@ class CircuitBreakers {
     std::array<uint64_t, 8> counted_rpcs{};
     size_t next_counted = 0;
   };
+  static std::vector<std::function<void()>> NextProbe(Breaker& b);
   BreakerOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, Breaker> breakers_;
