@@ -551,6 +551,47 @@ TEST_CASE("the per-client rate limit refuses the excess and changes nothing") {
   CHECK(BalanceOf(c, "bank-a", 15) == 1000 - (12 - refused));
 }
 
+TEST_CASE("clients holding every Watch stream do not lock operators out") {
+  const std::string dir = TempDir("watch");
+  Cleanup cleanup{dir};
+  BankCluster c(Options(dir, {"--config", dir + "/tccd.yaml"}));
+  std::ofstream(dir + "/tccd.yaml") << "limits:\n  max_watch_streams: 1\n";
+  REQUIRE(c.Start().ok());
+  c.KillBank("bank-b");  // the transaction stays TRYING: streams stay open
+  auto req = c.Transfer("bank-a", 1, "bank-b", 2, 3);
+  req.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+  req.set_try_timeout_ms(60000);
+  REQUIRE(c.client().Submit(req).ok());
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", c.tccd_port()),
+                                     grpc::InsecureChannelCredentials());
+  auto clients = v1::Coordinator::NewStub(channel);
+  v1::WatchRequest w;
+  w.set_gid(req.gid());
+  v1::WatchEvent event;
+  // A client takes the one stream.
+  grpc::ClientContext held;
+  auto first = clients->Watch(&held, w);
+  REQUIRE(first->Read(&event));
+  // Another client is refused...
+  grpc::ClientContext second_ctx;
+  auto second = clients->Watch(&second_ctx, w);
+  CHECK_FALSE(second->Read(&event));
+  CHECK(second->Finish().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // ...an operator is not.
+  auto admins = v1::Admin::NewStub(channel);
+  grpc::ClientContext admin_ctx;
+  admin_ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kAliceToken));
+  auto admin = admins->Watch(&admin_ctx, w);
+  REQUIRE(admin->Read(&event));
+  CHECK(event.transaction().gid() == req.gid());
+  held.TryCancel();
+  admin_ctx.TryCancel();
+  (void)first->Finish();
+  (void)admin->Finish();
+  REQUIRE(c.StartBank("bank-b").ok());
+  CHECK(c.CheckFinal({req.gid()}, 30000).ok());
+}
+
 TEST_CASE("an OPEN transaction can only be approved for Cancel") {
   const std::string dir = TempDir("open");
   Cleanup cleanup{dir};

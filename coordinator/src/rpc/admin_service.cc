@@ -165,7 +165,7 @@ grpc::ServerWriteReactor<tcc::v1::WatchEvent>* AdminService::Watch(
   entry.status = who.status();
   if (options_.audit) options_.audit(entry);
   if (!who.ok()) return RefuseWatch(who.status());
-  return coordinator_.Watch(ctx, request);
+  return coordinator_.AdminWatch(*request);
 }
 
 grpc::ServerUnaryReactor* AdminService::RetryNow(

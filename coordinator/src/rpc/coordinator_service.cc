@@ -440,16 +440,26 @@ absl::Status CoordinatorService::CheckRate(grpc::CallbackServerContext* ctx) {
 grpc::ServerWriteReactor<tcc::v1::WatchEvent>* CoordinatorService::Watch(
     grpc::CallbackServerContext* ctx, const tcc::v1::WatchRequest* request) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return new RefusedWatch(s);
-  if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
+  return StartWatch(*request, watch_streams_);
+}
+
+grpc::ServerWriteReactor<tcc::v1::WatchEvent>* CoordinatorService::AdminWatch(
+    const tcc::v1::WatchRequest& request) {
+  return StartWatch(request, admin_watch_streams_);
+}
+
+grpc::ServerWriteReactor<tcc::v1::WatchEvent>* CoordinatorService::StartWatch(
+    const tcc::v1::WatchRequest& request, std::atomic<uint32_t>& streams) {
+  if (absl::Status s = identity::ValidateGid(request.gid()); !s.ok()) {
     return new RefusedWatch(s);
   }
-  if (watch_streams_.fetch_add(1) >= options_.max_watch_streams) {
-    watch_streams_.fetch_sub(1);
+  if (streams.fetch_add(1) >= options_.max_watch_streams) {
+    streams.fetch_sub(1);
     return new RefusedWatch(absl::ResourceExhaustedError(absl::StrCat(
         "too many Watch streams (limit ", options_.max_watch_streams, ")")));
   }
-  auto* reactor = new WatchReactor(watch_streams_);
-  reactor->Subscribe(backend_, request->gid());
+  auto* reactor = new WatchReactor(streams);
+  reactor->Subscribe(backend_, request.gid());
   return reactor;
 }
 

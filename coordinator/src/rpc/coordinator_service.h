@@ -75,6 +75,12 @@ class CoordinatorService final : public tcc::v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* ctx,
       const tcc::v1::WatchRequest* request) override;
 
+  // The admin API's Watch (already authenticated): the same streams, but
+  // counted apart (max_watch_streams more) and not rate-limited, so that
+  // clients holding every stream cannot lock operators out.
+  grpc::ServerWriteReactor<tcc::v1::WatchEvent>* AdminWatch(
+      const tcc::v1::WatchRequest& request);
+
   // Checks a branch's participant against the config. Exposed for tests.
   [[nodiscard]] absl::Status CheckParticipant(const std::string& name) const;
 
@@ -89,10 +95,13 @@ class CoordinatorService final : public tcc::v1::Coordinator::CallbackService {
                                                  const char* timeout_name,
                                                  uint32_t timeout_ms) const;
   [[nodiscard]] absl::Status CheckRate(grpc::CallbackServerContext* ctx);
+  grpc::ServerWriteReactor<tcc::v1::WatchEvent>* StartWatch(
+      const tcc::v1::WatchRequest& request, std::atomic<uint32_t>& streams);
 
   CoordinatorBackend& backend_;
   CoordinatorServiceOptions options_;
   std::atomic<uint32_t> watch_streams_{0};
+  std::atomic<uint32_t> admin_watch_streams_{0};
 };
 
 }  // namespace tcc::rpc
