@@ -235,6 +235,11 @@ std::unique_ptr<client::CoordinatorClient> BankCluster::NewClient(
   return std::make_unique<client::CoordinatorClient>(o);
 }
 
+std::shared_ptr<grpc::Channel> BankCluster::TccdChannel() {
+  return grpc::CreateChannel(absl::StrCat("127.0.0.1:", tccd_port_),
+                             ClientCredentials());
+}
+
 tcc::v1::SubmitRequest BankCluster::Transfer(const std::string& from_bank,
                                              uint32_t from,
                                              const std::string& to_bank,

@@ -103,6 +103,8 @@ class BankCluster {
   client::CoordinatorClient& client() { return *client_; }
   std::unique_ptr<client::CoordinatorClient> NewClient(
       int max_attempts = 5, int64_t attempt_timeout_ms = 30000);
+  // A channel to tccd's client listener (its credentials), for raw stubs.
+  std::shared_ptr<grpc::Channel> TccdChannel();
 
   // One transfer: debit `amount` from `from_bank`/`from` and credit it to
   // `to_bank`/`to`.

@@ -562,8 +562,7 @@ TEST_CASE("clients holding every Watch stream do not lock operators out") {
   req.set_wait_for(v1::WAIT_FOR_ACCEPTED);
   req.set_try_timeout_ms(60000);
   REQUIRE(c.client().Submit(req).ok());
-  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", c.tccd_port()),
-                                     grpc::InsecureChannelCredentials());
+  auto channel = c.TccdChannel();
   auto clients = v1::Coordinator::NewStub(channel);
   v1::WatchRequest w;
   w.set_gid(req.gid());

@@ -577,10 +577,7 @@ TEST_CASE("configured request limits are the ones enforced") {
   CHECK(client->Get(ahead.gid()).status().code() ==
         absl::StatusCode::kNotFound);
 
-  auto channel =
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(c.tccd_port()),
-                          grpc::InsecureChannelCredentials());
-  auto stub = v1::Coordinator::NewStub(channel);
+  auto stub = v1::Coordinator::NewStub(c.TccdChannel());
   {
     // No page size: the default page fits the configured limit.
     grpc::ClientContext ctx;
@@ -642,10 +639,7 @@ TEST_CASE("Watch streams a transaction's changes; List finds it") {
                     [](const v1::TransactionView&) { return true; })
             .code() == absl::StatusCode::kNotFound);
 
-  auto channel =
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(c.tccd_port()),
-                          grpc::InsecureChannelCredentials());
-  auto stub = v1::Coordinator::NewStub(channel);
+  auto stub = v1::Coordinator::NewStub(c.TccdChannel());
   grpc::ClientContext ctx;
   v1::ListRequest list;
   list.add_states(v1::TXN_STATE_CONFIRMED);
