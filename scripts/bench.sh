@@ -70,7 +70,7 @@ if [[ $build == 1 ]]; then
   TCC_BUILD_TYPE=Release TCC_BUILD_DIR="$build_dir" scripts/build.sh
 fi
 bin=$build_dir/tests/bench
-for tool in tcc-bench tcc-baseline-relay tcc-noop-participant; do
+for tool in tcc-bench tcc-baseline-relay tcc-noop-participant tcc-metric-wait; do
   if [[ ! -x $bin/$tool ]]; then
     echo "bench.sh: $bin/$tool is missing (build first, or drop --no-build)" >&2
     exit 1
@@ -188,20 +188,10 @@ start_tccd_stack() {
 }
 
 # metric URL NAME: the value of an unlabelled metric in a /metrics page (0 if
-# absent). metric_sum URL PREFIX: the sum of every series starting so.
+# absent; used once before and once after a run, outside the timed part).
 metric() {
   curl -s --max-time 5 "$1" 2>/dev/null |
     awk -v n="$2" '$1 == n { v = $2 } END { printf "%.0f\n", v + 0 }'
-}
-metric_sum() {
-  curl -s --max-time 5 "$1" 2>/dev/null |
-    awk -v p="$2" 'index($1, p) == 1 { v += $2 } END { printf "%.0f\n", v + 0 }'
-}
-# metric_match URL NAME TEXT: the sum of every series of metric NAME whose
-# labels contain TEXT (e.g. 'phase="try"').
-metric_match() {
-  curl -s --max-time 5 "$1" 2>/dev/null |
-    awk -v n="$2" -v t="$3" 'index($1, n "{") == 1 && index($1, t) > 0 { v += $2 } END { printf "%.0f\n", v + 0 }'
 }
 now_s() { date +%s.%N; }
 # cpu_s PID: the CPU seconds (user + system) PID has used so far (0 if gone).
@@ -261,12 +251,12 @@ measure_recovery() {
     --accounts 10000 >"$rlog" 2>&1 || rc=$?
   if [[ $rc == 0 && $mode == unanswered ]]; then
     # Every Try answered (and the answer dropped): 2 per transaction.
-    local answered=0 deadline=$(( $(date +%s) + 300 ))
-    while (( $(date +%s) < deadline )); do
-      answered=$(metric_match "$fill_url" tccd_branch_calls_total 'phase="try"')
-      (( answered >= 2 * recovery_count )) && break
-      sleep 0.2
-    done
+    local answered
+    answered=$("$bin/tcc-metric-wait" --url "$fill_url" \
+      --prefix 'tccd_branch_calls_total{' --contains 'phase="try"' \
+      --at-least $(( 2 * recovery_count )) --timeout-s 300 --interval-ms 200 |
+      sed -n 's/^value=\([0-9]*\).*/\1/p')
+    answered=${answered:-0}
     echo "Try answers dropped before the kill: $answered" >>"$rlog"
     (( answered >= 2 * recovery_count )) || rc=1
   fi
@@ -291,13 +281,14 @@ measure_recovery() {
   local url
   url=$(sed -n 's/^metrics: \(http:[^ ]*\)$/\1/p' \
         "$run_dir/tccd-recover-$mode.log" | head -n1)
-  local deadline=$(( $(date +%s) + 300 ))
-  while (( $(date +%s) < deadline )); do
-    done_count=$(metric_sum "$url" 'tccd_transactions_total{event="c')
-    (( done_count >= recovery_count )) && break
-    sleep 0.1
-  done
+  # One poller every 20 ms (a curl and an awk per poll took a tenth of the
+  # machine from the processes being timed).
+  done_count=$("$bin/tcc-metric-wait" --url "$url" \
+    --prefix 'tccd_transactions_total{event="c' \
+    --at-least "$recovery_count" --timeout-s 300 |
+    sed -n 's/^value=\([0-9]*\).*/\1/p')
   t1=$(now_s)
+  done_count=${done_count:-0}
   local tccd_cpu
   tccd_cpu=$(cpu_s "$recover_pid")
   for bank_pid in ${banks//,/ }; do
