@@ -3,11 +3,8 @@
 // and Bank services, and stops it (SIGTERM) or waits for it to die.
 #pragma once
 
-#include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -16,6 +13,7 @@
 #include <vector>
 
 #include "bank.grpc.pb.h"
+#include "harness/http_get.h"
 #include "harness/process.h"
 #include "tcc/v1/participant.grpc.pb.h"
 
@@ -66,24 +64,12 @@ class BankProcess {
   // The Prometheus port (with --metrics-listen), else 0.
   int metrics_port() const { return metrics_port_; }
 
-  // GET /metrics from the process's exposer: the whole HTTP response.
+  // GET /metrics from the process's exposer: the page (status 200).
   std::string ScrapeMetrics() {
     REQUIRE(metrics_port_ > 0);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(metrics_port_));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    REQUIRE(write(fd, req.data(), req.size()) ==
-            static_cast<ssize_t>(req.size()));
-    std::string resp;
-    char buf[4096];
-    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) resp.append(buf, n);
-    close(fd);
-    return resp;
+    auto page = HttpGet(LoopbackUrl(metrics_port_, "/metrics"), 10000);
+    REQUIRE(page.ok());
+    return *page;
   }
   v1::Participant::Stub& participant() { return *participant_; }
   examples::bank::Bank::Stub& bank() { return *bank_; }

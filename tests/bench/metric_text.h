@@ -1,12 +1,10 @@
 // Reading Prometheus text exposition pages (what tccd serves at /metrics),
-// for scripts/bench.sh's waits: the sum of the series that match, and a plain
-// HTTP/1.0 GET on loopback. Thread-safe (no state).
+// for scripts/bench.sh's waits: the sum of the series that match. (The page
+// is fetched with tests/harness/http_get.h.) Thread-safe (no state).
 #pragma once
 
 #include <string>
 #include <string_view>
-
-#include "absl/status/statusor.h"
 
 namespace tcc::bench {
 
@@ -16,10 +14,5 @@ namespace tcc::bench {
 // are skipped.
 double SumSeries(std::string_view page, std::string_view prefix,
                  std::string_view contains = {});
-
-// The body of `http://HOST:PORT/PATH` (HOST a numeric IPv4 address), fetched
-// with HTTP/1.0 within `timeout_ms`. INVALID_ARGUMENT for another URL,
-// UNAVAILABLE if it cannot be fetched or the status is not 200.
-absl::StatusOr<std::string> HttpGet(const std::string& url, int timeout_ms);
 
 }  // namespace tcc::bench

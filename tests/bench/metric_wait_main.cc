@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "http_get.h"
 #include "metric_text.h"
 
 int main(int argc, char** argv) {
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
   double value = 0;
   std::string last_error;
   for (;;) {
-    auto page = tcc::bench::HttpGet(url, 2000);
+    auto page = tcc::testing::HttpGet(url, 2000);
     if (page.ok()) {
       value = tcc::bench::SumSeries(*page, prefix, contains);
       last_error.clear();

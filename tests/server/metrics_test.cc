@@ -1,38 +1,10 @@
 // The /metrics endpoint over real HTTP on 127.0.0.1.
 #include "server/metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <string>
 
-namespace {
-
-std::string HttpGet(int port, const std::string& path) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  const std::string req = "GET " + path +
-                          " HTTP/1.0\r\nHost: 127.0.0.1\r\n"
-                          "Connection: close\r\n\r\n";
-  REQUIRE(write(fd, req.data(), req.size()) ==
-          static_cast<ssize_t>(req.size()));
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
-  close(fd);
-  return out;
-}
-
-}  // namespace
+#include "http_get.h"
 
 TEST_CASE("metrics are served at /metrics with bounded labels") {
   tcc::server::CoordinatorMetrics metrics;
@@ -60,8 +32,10 @@ TEST_CASE("metrics are served at /metrics with bounded labels") {
   metrics.Alert("protocol_violation");
   metrics.SetParticipantRpcTotals(7, 3, 40, 1);
 
-  const std::string body = HttpGet((*endpoint)->port(), "/metrics");
-  CHECK(body.find("200 OK") != std::string::npos);
+  auto page = tcc::testing::HttpGet(
+      tcc::testing::LoopbackUrl((*endpoint)->port(), "/metrics"), 10000);
+  REQUIRE(page.ok());  // 200
+  const std::string& body = *page;
   CHECK(body.find("tccd_transactions_total{event=\"accepted\"} 1") !=
         std::string::npos);
   CHECK(body.find("tccd_transactions_total{event=\"confirmed\"} 1") !=
