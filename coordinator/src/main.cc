@@ -22,6 +22,13 @@ int Fail(const std::string& what) {
   return 2;
 }
 
+// The exit code for a server that failed: 3 when the WAL's synced state is
+// corrupt (DATA_LOSS; never restart it blindly), 4 for a fail-stop (a
+// failed write or sync).
+int FailureExitCode(const absl::Status& failure) {
+  return absl::IsDataLoss(failure) ? 3 : 4;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -139,17 +146,16 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       break;
     }
-    if (!(*server)->WalFailure().ok()) {
-      std::fprintf(stderr, "tccd: WAL failed, stopping: %s\n",
-                   (*server)->WalFailure().ToString().c_str());
+    if (absl::Status failure = (*server)->Failure(); !failure.ok()) {
+      std::fprintf(stderr, "tccd: stopping: %s\n", failure.ToString().c_str());
       (void)(*server)->Stop();
-      return 4;
+      return FailureExitCode(failure);
     }
   }
   absl::Status stopped = (*server)->Stop();
   if (!stopped.ok()) {
-    std::fprintf(stderr, "tccd: WAL failed: %s\n", stopped.ToString().c_str());
-    return 4;
+    std::fprintf(stderr, "tccd: failed: %s\n", stopped.ToString().c_str());
+    return FailureExitCode(stopped);
   }
   std::printf("tccd: stopped\n");
   return 0;

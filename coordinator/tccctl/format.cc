@@ -359,7 +359,11 @@ std::string FormatStatus(const v1::StatusResponse& status, int64_t now_ms) {
   }
   std::string recovery = absl::StrCat(status.recovery_done(), "/",
                                       status.recovery_total(), " done");
-  if (status.recovery_total() == 0) {
+  if (!status.recovery_error().empty()) {
+    recovery = absl::StrCat("FAILED: ", status.recovery_error());
+  } else if (status.health() == "recovering" && status.recovery_total() == 0) {
+    recovery = "scanning the WAL";
+  } else if (status.recovery_total() == 0) {
     recovery = "nothing to recover";
   } else if (status.recovery_done() >= status.recovery_total()) {
     absl::StrAppend(&recovery, " (complete)");
@@ -415,7 +419,7 @@ std::string FormatTransaction(const v1::TransactionView& txn, int64_t now_ms) {
     gate = absl::StrCat("on, approval deadline ",
                         FormatTimeWithAge(txn.approval_deadline_ms(), now_ms));
   }
-  std::string out = Table({
+  std::vector<std::vector<std::string>> rows = {
       {"gid", txn.gid()},
       {"state", StateName(txn.state())},
       {"decision", decision},
@@ -429,7 +433,13 @@ std::string FormatTransaction(const v1::TransactionView& txn, int64_t now_ms) {
       {"finished", FormatTimeWithAge(txn.finished_at_ms(), now_ms)},
       {"owner epoch", absl::StrCat(txn.owner_epoch())},
       {"approval gate", gate},
-  });
+  };
+  if (!txn.held_reason().empty()) {
+    rows.insert(rows.begin() + 3,
+                {"held", absl::StrCat("for an operator (tccctl force): ",
+                                      txn.held_reason())});
+  }
+  std::string out = Table(rows);
   absl::StrAppend(&out, "branches (", txn.branches_size(), ")\n");
   const std::string second = SecondPhaseLabel(txn.decision());
   for (const auto& b : txn.branches()) {

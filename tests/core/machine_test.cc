@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 #include <functional>
+#include <map>
+#include <set>
 #include <sstream>
 
 namespace tcc::core {
@@ -457,12 +459,13 @@ TEST_CASE("Try timeout, then each Query answer", "[machine]") {
       {BarrierState::kTried, true, true, PhaseState::kSucceeded, false},
       {BarrierState::kTried, false, true, PhaseState::kFailed, false},
       {BarrierState::kTryRejected, true, true, PhaseState::kFailed, false},
-      {BarrierState::kCancelledBeforeTry, true, true, PhaseState::kFailed,
+      {BarrierState::kCancelledBeforeTry, false, true, PhaseState::kFailed,
        false},
+      {BarrierState::kConfirmed, false, true, PhaseState::kFailed, false},
+      {BarrierState::kCancelled, false, true, PhaseState::kFailed, false},
       {BarrierState::kNotFound, true, true, PhaseState::kUnknown, true},
-      {BarrierState::kConfirmed, true, true, PhaseState::kUnknown, false},
-      {BarrierState::kCancelled, true, true, PhaseState::kUnknown, false},
       {BarrierState::kTried, true, false, PhaseState::kUnknown, false},
+      {BarrierState::kConfirmed, true, false, PhaseState::kUnknown, false},
       {BarrierState::kNotFound, true, false, PhaseState::kUnknown, false},
   };
   for (const auto& c : cases) {
@@ -498,16 +501,6 @@ TEST_CASE("Try timeout, then each Query answer", "[machine]") {
       for (const auto& x : cancels) CHECK(x.phase == Phase::kCancel);
     } else {
       CHECK(All<CallEffect>(fx).empty());
-    }
-    if (c.barrier == BarrierState::kConfirmed ||
-        c.barrier == BarrierState::kCancelled) {
-      CHECK(t.branches[0].stuck);
-      CHECK(t.decision == Decision::kNone);  // never proceeds on it
-      bool alert = false;
-      for (const auto& s : All<SignalEffect>(fx)) {
-        alert |= s.kind == SignalKind::kAlert;
-      }
-      CHECK(alert);
     }
     if (c.want == PhaseState::kUnknown && !c.resend_try) {
       CHECK(All<ScheduleRetryEffect>(fx).size() == 1);  // asked again
@@ -675,10 +668,13 @@ TEST_CASE("approval gate: approval confirms, its deadline cancels",
   REQUIRE(All<AnswerEffect>(fx).size() == 1);
 
   Txn u = AwaitingTxn();
-  Run(u, DeadlineEvent{DeadlineKind::kApproval}, kNow + 1);
-  CHECK(u.decision == Decision::kNone);  // not yet due
   Run(u, DeadlineEvent{DeadlineKind::kApproval}, u.approval_deadline_ms);
   CHECK(u.decision == Decision::kCancel);
+  // The timer runs on the monotonic clock: when it ran out the deadline has
+  // passed, even if the wall clock was set back meanwhile.
+  Txn v = AwaitingTxn();
+  Run(v, DeadlineEvent{DeadlineKind::kApproval}, kNow + 1);
+  CHECK(v.decision == Decision::kCancel);
 }
 
 TEST_CASE("a forced decision the WAL refuses is undone", "[machine]") {
@@ -781,6 +777,218 @@ TEST_CASE("a Commit with no branches before Begin is durable still decides",
     commit_answered |= a.request == 3 && a.status.ok();
   }
   CHECK(commit_answered);
+}
+
+// ------------------------------------------------- the witness rule (sec. 8)
+
+// A transaction whose Decided record the WAL lost: registered (and, in
+// `tried`, some Trys known EXECUTED), replayed and resumed with every other
+// Try unknown, so each is queried.
+struct Recovered {
+  Txn t;
+  std::vector<wal::Record> log;        // what the WAL kept
+  std::map<uint32_t, uint64_t> query;  // branch -> its Query in flight
+};
+
+Recovered Recover(const std::vector<std::string>& ids,
+                  const std::set<std::string>& tried = {}) {
+  Txn live;
+  std::vector<BranchSpec> branches;
+  for (const auto& id : ids) branches.push_back(Branch(id));
+  std::vector<wal::Record> log;
+  auto fx = Run(live, Submit(branches));
+  for (const auto& p : All<PersistEffect>(fx)) {
+    for (const auto& rec : p.records) log.push_back(rec);
+  }
+  for (uint32_t b = 0; b < live.branches.size(); ++b) {
+    if (!tried.count(live.branches[b].spec.branch_id)) continue;
+    auto r = Run(live, Reply(LastCall(fx, b), Outcome::kExecuted));
+    for (const auto& p : All<PersistEffect>(r)) {
+      for (const auto& rec : p.records) log.push_back(rec);
+    }
+  }
+  Recovered out;
+  out.log = log;
+  for (const auto& rec : log) {
+    REQUIRE(Step(out.t, ReplayEvent{&rec}, kNow).status.ok());
+  }
+  REQUIRE(out.t.decision == Decision::kNone);
+  for (const auto& q : All<QueryEffect>(Run(out.t, ResumeEvent{2}, kNow + 1))) {
+    out.query[q.branch] = q.query_id;
+  }
+  return out;
+}
+
+QueryReplyEvent Answer(Recovered& r, uint32_t b, BarrierState state,
+                       bool authoritative = true) {
+  QueryReplyEvent q;
+  q.branch = b;
+  q.query_id = r.query.at(b);
+  q.status = absl::OkStatus();
+  q.barrier = state;
+  q.branch_hash = r.t.branches[b].spec.branch_hash;
+  q.authoritative = authoritative;
+  return q;
+}
+
+int Count(const std::vector<Effect>& fx, SignalKind kind) {
+  int n = 0;
+  for (const auto& s : All<SignalEffect>(fx)) n += s.kind == kind;
+  return n;
+}
+
+std::vector<Phase> Phases(const std::vector<Effect>& fx) {
+  std::vector<Phase> out;
+  for (const auto& c : All<CallEffect>(fx)) out.push_back(c.phase);
+  return out;
+}
+
+TEST_CASE("a Confirm witness is adopted once every other Try is EXECUTED",
+          "[machine][witness]") {
+  Recovered r = Recover({"a", "b"});
+  REQUIRE(r.query.size() == 2);
+  auto fx = Run(r.t, Answer(r, 0, BarrierState::kConfirmed), kNow + 2);
+  CHECK(r.t.decision == Decision::kNone);  // b is not known yet
+  CHECK(Count(fx, SignalKind::kAlert) == 1);
+  CHECK(All<QueryEffect>(fx).empty());  // a is asked nothing more
+  CHECK(All<ScheduleRetryEffect>(fx).empty());
+  SECTION("b TRIED: Confirm, with its cause") {}
+  SECTION("the try-deadline passes first: still no Cancel") {
+    fx = Run(r.t, DeadlineEvent{DeadlineKind::kTry}, kNow + kTimeout + 5);
+    CHECK(r.t.decision == Decision::kNone);
+    CHECK(All<CallEffect>(fx).empty());
+  }
+  fx = Run(r.t, Answer(r, 1, BarrierState::kTried), kNow + kTimeout + 6);
+  CHECK(r.t.decision == Decision::kConfirm);
+  CHECK(r.t.decision_cause == DecisionCause::kWitnessed);
+  CHECK(r.t.decision_reason.rfind(kReasonWitnessed, 0) == 0);
+  CHECK(Count(fx, SignalKind::kLostDecision) == 1);
+  CHECK(Phases(fx) == std::vector<Phase>{Phase::kConfirm, Phase::kConfirm});
+  CHECK_FALSE(r.t.branches[0].stuck);
+  // Recovery of the adopted decision: the cause survives.
+  Txn again;
+  for (const auto& rec : r.log) REQUIRE(ApplyRecord(again, rec).ok());
+  for (const auto& p : All<PersistEffect>(fx)) {
+    for (const auto& rec : p.records) {
+      if (std::holds_alternative<wal::Decided>(rec)) {
+        REQUIRE(ApplyRecord(again, rec).ok());
+      }
+    }
+  }
+  CHECK(again.decision_cause == DecisionCause::kWitnessed);
+}
+
+TEST_CASE("a Confirm witness waits past the deadline for an unreachable branch",
+          "[machine][witness]") {
+  Recovered r = Recover({"a", "b"});
+  Run(r.t, Answer(r, 0, BarrierState::kConfirmed), kNow + 2);
+  QueryReplyEvent down;
+  down.branch = 1;
+  down.query_id = r.query.at(1);
+  down.status = absl::UnavailableError("down");
+  auto fx = Run(r.t, down, kNow + 3);
+  REQUIRE(All<ScheduleRetryEffect>(fx).size() == 1);
+  Run(r.t, DeadlineEvent{DeadlineKind::kTry}, kNow + kTimeout);
+  CHECK(r.t.decision == Decision::kNone);
+  // The retry past the deadline asks b again instead of cancelling.
+  fx = Run(r.t, RetryDueEvent{1}, kNow + kTimeout + 10);
+  CHECK(r.t.decision == Decision::kNone);
+  REQUIRE(All<QueryEffect>(fx).size() == 1);
+}
+
+TEST_CASE(
+    "a Cancel witness is adopted once the others are known, or at the "
+    "deadline",
+    "[machine][witness]") {
+  const BarrierState seen =
+      GENERATE(BarrierState::kCancelled, BarrierState::kCancelledBeforeTry);
+  INFO("barrier " << int(seen));
+  Recovered r = Recover({"a", "b"});
+  auto fx = Run(r.t, Answer(r, 0, seen), kNow + 2);
+  CHECK(r.t.decision == Decision::kNone);
+  SECTION("b TRIED") {
+    fx = Run(r.t, Answer(r, 1, BarrierState::kTried), kNow + 3);
+  }
+  SECTION("b NOT_FOUND: no Try is sent against the witness") {
+    fx = Run(r.t, Answer(r, 1, BarrierState::kNotFound), kNow + 3);
+  }
+  SECTION("b unknown at the deadline") {
+    fx = Run(r.t, DeadlineEvent{DeadlineKind::kTry}, kNow + kTimeout);
+  }
+  CHECK(r.t.decision == Decision::kCancel);
+  CHECK(r.t.decision_cause == DecisionCause::kWitnessed);
+  CHECK(Count(fx, SignalKind::kLostDecision) == 1);
+  CHECK(Phases(fx) == std::vector<Phase>{Phase::kCancel, Phase::kCancel});
+}
+
+TEST_CASE("contradicting witnesses hold the transaction for an operator",
+          "[machine][witness]") {
+  Recovered r = Recover({"a", "b"});
+  auto fx = Run(r.t, Answer(r, 0, BarrierState::kConfirmed), kNow + 2);
+  SECTION("Confirm beside Cancel") {
+    fx = Run(r.t, Answer(r, 1, BarrierState::kCancelled), kNow + 3);
+  }
+  SECTION("Confirm beside TRY_REJECTED") {
+    fx = Run(r.t, Answer(r, 1, BarrierState::kTryRejected), kNow + 3);
+  }
+  SECTION("Confirm beside an authoritative NOT_FOUND: no Try re-sent") {
+    fx = Run(r.t, Answer(r, 1, BarrierState::kNotFound), kNow + 3);
+  }
+  CHECK(r.t.decision == Decision::kNone);
+  CHECK_FALSE(r.t.held_reason.empty());
+  CHECK(MakeView(r.t).held_reason == r.t.held_reason);
+  CHECK(All<CallEffect>(fx).empty());
+  CHECK(Count(fx, SignalKind::kAlert) >= 1);
+  CHECK(r.t.branches[0].stuck);  // counted and listed
+  // No automatic decision, not even at the deadline.
+  fx = Run(r.t, DeadlineEvent{DeadlineKind::kTry}, kNow + kTimeout);
+  CHECK(r.t.decision == Decision::kNone);
+  CHECK(All<CallEffect>(fx).empty());
+  CHECK(Step(r.t, RollbackEvent{7, WaitFor::kDecided}, kNow + kTimeout)
+            .status.code() == absl::StatusCode::kFailedPrecondition);
+  // An operator decides; Confirm may be forced though a Try is not EXECUTED.
+  for (Decision forced : {Decision::kConfirm, Decision::kCancel}) {
+    Txn held = r.t;
+    fx = Run(held, ForceDecisionEvent{8, forced, "ap-1"}, kNow + kTimeout);
+    CHECK(held.decision == forced);
+    CHECK(held.decision_cause == DecisionCause::kForced);
+    CHECK(All<CallEffect>(fx).size() == 2);
+  }
+}
+
+TEST_CASE("witnesses under another hash are conflicts, not witnesses",
+          "[machine][witness]") {
+  Recovered r = Recover({"a", "b"});
+  QueryReplyEvent q = Answer(r, 0, BarrierState::kConfirmed);
+  q.branch_hash[0] ^= 1;
+  Run(r.t, q, kNow + 2);
+  CHECK(r.t.decision == Decision::kCancel);
+  CHECK(r.t.decision_cause == DecisionCause::kRule);
+  CHECK(r.t.branches[0].try_phase.outcome == Outcome::kConflict);
+}
+
+TEST_CASE("a Try known EXECUTED in the WAL counts beside a Confirm witness",
+          "[machine][witness]") {
+  Recovered r = Recover({"a", "b"}, {"b"});
+  REQUIRE(r.query.size() == 1);
+  auto fx = Run(r.t, Answer(r, 0, BarrierState::kConfirmed), kNow + 2);
+  CHECK(r.t.decision == Decision::kConfirm);
+  CHECK(r.t.decision_cause == DecisionCause::kWitnessed);
+}
+
+TEST_CASE("the try-deadline timer counts when the wall clock was set back",
+          "[machine]") {
+  // Registered with a 1 s try-timeout; the wall clock then jumps back two
+  // minutes; the monotonic timer runs out: Cancel, though the wall clock
+  // says the deadline is 2 minutes away.
+  Txn t;
+  auto fx = Run(t, Submit({Branch("a"), Branch("b")}));
+  Run(t, Reply(LastCall(fx, 0), Outcome::kExecuted));
+  const int64_t set_back = kNow + kTimeout - 120'000;
+  fx = Run(t, DeadlineEvent{DeadlineKind::kTry}, set_back);
+  CHECK(t.decision == Decision::kCancel);
+  CHECK(t.decision_cause == DecisionCause::kDeadline);
+  CHECK(Phases(fx) == std::vector<Phase>{Phase::kCancel, Phase::kCancel});
 }
 
 TEST_CASE("recovery replays the records and resumes", "[machine]") {

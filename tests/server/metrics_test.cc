@@ -61,6 +61,30 @@ TEST_CASE("metrics are served at /metrics with bounded labels") {
   CHECK(body.find("gid") == std::string::npos);
 }
 
+TEST_CASE("the series alerts and dashboards read exist from the start") {
+  // A dashboard cannot tell 0 from no data: each is exported at 0 before
+  // its first event.
+  tcc::server::CoordinatorMetrics metrics;
+  metrics.ExportParticipants({"bank-a", "bank-b"});
+  auto endpoint =
+      tcc::server::MetricsEndpoint::Start("127.0.0.1:0", metrics.registry());
+  REQUIRE(endpoint.ok());
+  auto page = tcc::testing::HttpGet(
+      tcc::testing::LoopbackUrl((*endpoint)->port(), "/metrics"), 10000);
+  REQUIRE(page.ok());
+  const std::string& body = *page;
+  INFO(body);
+  CHECK(body.find("tccd_stuck_branches 0") != std::string::npos);
+  CHECK(body.find("tccd_alerts_total{kind=\"core\"} 0") != std::string::npos);
+  CHECK(body.find("tccd_alerts_total{kind=\"lost_decision\"} 0") !=
+        std::string::npos);
+  CHECK(body.find("tccd_alerts_total{kind=\"fatal\"} 0") != std::string::npos);
+  CHECK(body.find("tccd_circuit_breaker_state{participant=\"bank-a\"} 0") !=
+        std::string::npos);
+  CHECK(body.find("tccd_circuit_breaker_state{participant=\"bank-b\"} 0") !=
+        std::string::npos);
+}
+
 TEST_CASE("a taken address is an error, not a crash") {
   tcc::server::CoordinatorMetrics metrics;
   auto first =

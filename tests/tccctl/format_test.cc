@@ -212,6 +212,14 @@ TEST_CASE("status shows counts by state, the horizon's age and recovery") {
   CHECK(Contains(FormatStatus(s, kNow), "5/5 done (complete)"));
   s.clear_in_flight();
   s.set_recovery_total(0);
+  // While the scan runs nothing is known yet; a scan that failed says so.
+  CHECK(Contains(FormatStatus(s, kNow), "recovery           scanning the WAL"));
+  s.set_health("failed");
+  s.set_recovery_error("DATA_LOSS: recovery scan failed after 3 transactions");
+  CHECK(Contains(FormatStatus(s, kNow),
+                 "recovery           FAILED: DATA_LOSS: recovery scan failed"));
+  s.set_recovery_error("");
+  s.set_health("serving");
   s.set_oldest_unfinished_age_ms(0);
   s.set_wal_bytes(1000);
   const std::string idle = FormatStatus(s, kNow);
@@ -301,6 +309,15 @@ TEST_CASE("show prints the header, every branch, the timeline and approvals") {
                  "at 2025-11-30T15:23:41.123Z, used at "
                  "2025-11-30T15:23:42.123Z"));
   CHECK(Contains(out, "reason: credited by hand, ticket 42\n"));
+  CHECK(!Contains(out, "held"));
+  // A transaction held for an operator says so, below its decision.
+  show.mutable_transaction()->set_held_reason(
+      "branch a (CONFIRMED) witnesses Confirm, branch b (CANCELLED) Cancel");
+  CHECK(Contains(FormatShow(show, kNow),
+                 "decision       CONFIRM (every Try EXECUTED)\n"
+                 "held           for an operator (tccctl force): branch a "
+                 "(CONFIRMED) witnesses Confirm, branch b (CANCELLED) "
+                 "Cancel\n"));
 }
 
 TEST_CASE("watch prints one line per event; approvals show their binding") {

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <variant>
@@ -227,6 +228,22 @@ class RocksDbLog::Impl {
                       : static_cast<double>(synced_appends_.load()) / syncs;
   }
   int64_t horizon() const { return horizon_.load(); }
+  // A DATA_LOSS read stops the log (see RocksDbLog::Read); `result` is
+  // returned as it is.
+  template <typename Result>
+  Result StopIfCorrupt(Result result) {
+    absl::Status s;
+    if constexpr (std::is_same_v<Result, absl::Status>) {
+      s = result;
+    } else {
+      s = result.status();
+    }
+    if (absl::IsDataLoss(s)) {
+      std::vector<WorkItem> none;
+      FailStop(s, none);
+    }
+    return result;
+  }
 
  private:
   // What the writer knows of one gid: whether the log holds it and, if so,
@@ -534,7 +551,10 @@ void RocksDbLog::Impl::WriterLoop() {
 
 template <typename Items>
 void RocksDbLog::Impl::FailStop(absl::Status status, Items& own) {
-  absl::Status failure = absl::UnavailableError(
+  // Corrupt synced state stays DATA_LOSS (a daemon exits 3 on it).
+  absl::Status failure(
+      absl::IsDataLoss(status) ? absl::StatusCode::kDataLoss
+                               : absl::StatusCode::kUnavailable,
       absl::StrCat("WAL failed and stopped (fail-stop): ", status.message()));
   std::vector<WorkItem> queued;
   std::vector<SyncWaiter> unsynced;
@@ -900,6 +920,13 @@ void RocksDbLog::Impl::ProcessGroup(std::vector<WorkItem>& group) {
     } else {
       (void)batch.RollbackToSavePoint();
       refused.emplace_back(&item, std::move(s));
+    }
+  }
+  for (auto& [item, status] : refused) {
+    if (absl::IsDataLoss(status)) {
+      // The writer read corrupt synced state: stop (nothing is written).
+      FailStop(status, group);
+      return;
     }
   }
   for (auto& [item, status] : refused) {
@@ -1407,25 +1434,30 @@ void RocksDbLog::PutApproval(Approval approval, AppendDone done) {
 // Once the log has failed, reads are refused as well: appends whose sync
 // failed were already written to RocksDB, so a read could return a record
 // that was never durable, and a caller could act on it (say, a decision).
+//
+// A read that finds corrupt synced state (DATA_LOSS: RocksDB reports a
+// corruption, or a stored value does not decode) stops the log the same way
+// (failure() is then that DATA_LOSS): the log cannot tell what else is
+// damaged, and a daemon must not serve half its state.
 absl::StatusOr<TxnLog> RocksDbLog::Read(std::string_view gid) {
   if (absl::Status f = impl_->failure(); !f.ok()) return f;
-  return impl_->Read(gid);
+  return impl_->StopIfCorrupt(impl_->Read(gid));
 }
 
 absl::StatusOr<Approval> RocksDbLog::ReadApproval(std::string_view id) {
   if (absl::Status f = impl_->failure(); !f.ok()) return f;
-  return impl_->ReadApproval(id);
+  return impl_->StopIfCorrupt(impl_->ReadApproval(id));
 }
 
 absl::StatusOr<ListPage> RocksDbLog::List(const ListQuery& query) {
   if (absl::Status f = impl_->failure(); !f.ok()) return f;
-  return impl_->List(query);
+  return impl_->StopIfCorrupt(impl_->List(query));
 }
 
 absl::Status RocksDbLog::ScanUnfinished(
     const std::function<absl::Status(TxnLog)>& visit) {
   if (absl::Status f = impl_->failure(); !f.ok()) return f;
-  return impl_->ScanUnfinished(visit);
+  return impl_->StopIfCorrupt(impl_->ScanUnfinished(visit));
 }
 
 absl::StatusOr<uint64_t> RocksDbLog::TakeOwnerEpoch() {

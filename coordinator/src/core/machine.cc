@@ -29,6 +29,7 @@ DecisionCause CauseFromReason(const std::string& reason) {
   if (HasPrefix(reason, kReasonForced)) return DecisionCause::kForced;
   if (HasPrefix(reason, kReasonGate)) return DecisionCause::kGate;
   if (HasPrefix(reason, kReasonDeadline)) return DecisionCause::kDeadline;
+  if (HasPrefix(reason, kReasonWitnessed)) return DecisionCause::kWitnessed;
   return DecisionCause::kRule;
 }
 
@@ -42,6 +43,8 @@ const char* PrefixFor(DecisionCause cause) {
       return kReasonGate;
     case DecisionCause::kDeadline:
       return kReasonDeadline;
+    case DecisionCause::kWitnessed:
+      return kReasonWitnessed;
     default:
       return "";
   }
@@ -184,6 +187,16 @@ class Stepper {
     t_.pending.push_back(std::move(p));
   }
 
+  // The try-deadline (also the OPEN one) and the approval deadline have
+  // passed: by the wall clock, or by the monotonic timer armed for them
+  // (Txn::try_deadline_elapsed), whichever came first.
+  bool TryDeadlineReached() const {
+    return now_ >= t_.try_deadline_ms || t_.try_deadline_elapsed;
+  }
+  bool ApprovalDeadlineReached() const {
+    return now_ >= t_.approval_deadline_ms || t_.approval_deadline_elapsed;
+  }
+
   void UpdatePhase(uint32_t b, Phase phase, PhaseState state, Outcome outcome,
                    std::string error);
   void SendTry(uint32_t b);
@@ -193,6 +206,9 @@ class Stepper {
                   std::string why);
   void TryStillUnknown(uint32_t b, std::string why);
   void Flag(uint32_t b, std::string reason);
+  void Witness(uint32_t b, Decision d, BarrierState seen);
+  bool DecideByWitnesses();
+  void Hold(std::string why);
   uint64_t Decide(Decision d, DecisionCause cause, std::string reason,
                   std::string approval_id = "");
   void Evaluate();
@@ -289,6 +305,140 @@ void Stepper::Flag(uint32_t b, std::string reason) {
   Signal(SignalKind::kStuck, static_cast<int>(b), std::move(reason));
 }
 
+// A branch's barrier holds a decision (CONFIRMED, CANCELLED or
+// CANCELLED_BEFORE_TRY under its hash) while the WAL records none: a
+// participant only gets Confirm or Cancel after a durable decision, so the
+// WAL lost it (DESIGN.md section 8). The branch is asked nothing more; the
+// decision is adopted once the other branches' facts allow
+// (DecideByWitnesses).
+void Stepper::Witness(uint32_t b, Decision d, BarrierState seen) {
+  auto& br = t_.branches[b];
+  const bool first = std::none_of(
+      t_.branches.begin(), t_.branches.end(),
+      [](const BranchRuntime& x) { return x.witness != Decision::kNone; });
+  br.witness = d;
+  br.witness_state = seen;
+  if (br.op_phase == Phase::kTry &&
+      (br.op == BranchOp::kCalling || br.op == BranchOp::kQuerying ||
+       br.op == BranchOp::kBackoff)) {
+    br.op = BranchOp::kIdle;
+  }
+  const bool had_failures = br.failures > 0;
+  br.failures = 0;
+  const std::string why =
+      absl::StrCat("query: barrier holds ", BarrierName(seen),
+                   " but no decision was recorded");
+  if (d == Decision::kConfirm) {
+    // Confirm follows only an EXECUTED Try.
+    UpdatePhase(b, Phase::kTry, PhaseState::kSucceeded, Outcome::kExecuted,
+                why);
+    br.not_found = false;
+  } else {
+    UpdatePhase(b, Phase::kTry, br.try_phase.state, br.try_phase.outcome, why);
+  }
+  if (had_failures) {
+    Signal(SignalKind::kUnknownResolved, static_cast<int>(b), why);
+  }
+  if (first) {
+    Signal(SignalKind::kAlert, static_cast<int>(b),
+           absl::StrCat(why, ": the WAL lost a decision; the witnessed ",
+                        DecisionName(d),
+                        " is adopted once the other "
+                        "branches are known"));
+  }
+  if (t_.decision == Decision::kNone &&
+      (t_.state == TxnState::kOpen || t_.state == TxnState::kTrying)) {
+    DecideByWitnesses();
+  }
+}
+
+// The witness rule (DESIGN.md section 8), for a transaction with no
+// recorded decision. False when no branch witnessed a decision. Else true,
+// having adopted the witnessed decision, held the transaction (witnesses
+// that contradict each other or the facts), or neither (a Confirm witness
+// waits until every other branch is known EXECUTED; a Cancel witness until
+// every other branch is known, or the try-deadline): the caller makes no
+// decision of its own.
+bool Stepper::DecideByWitnesses() {
+  if (!t_.held_reason.empty()) return true;
+  int confirm = -1;
+  int cancel = -1;
+  for (uint32_t b = 0; b < t_.branches.size(); ++b) {
+    const Decision w = t_.branches[b].witness;
+    if (w == Decision::kConfirm && confirm < 0) confirm = static_cast<int>(b);
+    if (w == Decision::kCancel && cancel < 0) cancel = static_cast<int>(b);
+  }
+  if (confirm < 0 && cancel < 0) return false;
+  auto name = [&](int b) {
+    const BranchRuntime& br = t_.branches[b];
+    return absl::StrCat("branch ", br.spec.branch_id, " (",
+                        BarrierName(br.witness_state), ")");
+  };
+  if (confirm >= 0 && cancel >= 0) {
+    Hold(absl::StrCat(name(confirm), " witnesses Confirm, ", name(cancel),
+                      " Cancel"));
+    return true;
+  }
+  if (confirm >= 0) {
+    for (const auto& br : t_.branches) {
+      if (br.witness != Decision::kNone) continue;
+      if (br.try_phase.state == PhaseState::kFailed) {
+        Hold(absl::StrCat(name(confirm), " witnesses Confirm, but branch ",
+                          br.spec.branch_id, "'s Try failed (",
+                          OutcomeName(br.try_phase.outcome), ")"));
+        return true;
+      }
+      if (br.not_found) {
+        Hold(absl::StrCat(name(confirm), " witnesses Confirm, but branch ",
+                          br.spec.branch_id,
+                          "'s barrier holds nothing (NOT_FOUND)"));
+        return true;
+      }
+    }
+    if (t_.state == TxnState::kOpen) {
+      Hold(absl::StrCat(name(confirm),
+                        " witnesses Confirm, but the transaction is OPEN "
+                        "(its Commit was lost too)"));
+      return true;
+    }
+    for (const auto& br : t_.branches) {
+      if (br.witness == Decision::kNone &&
+          br.try_phase.state != PhaseState::kSucceeded) {
+        return true;  // its fact is still being asked for
+      }
+    }
+  } else if (!TryDeadlineReached()) {
+    for (const auto& br : t_.branches) {
+      if (br.witness == Decision::kNone && !IsResolved(br.try_phase.state) &&
+          !br.not_found) {
+        return true;
+      }
+    }
+  }
+  const int by = confirm >= 0 ? confirm : cancel;
+  const Decision d = confirm >= 0 ? Decision::kConfirm : Decision::kCancel;
+  std::string why = absl::StrCat(name(by), " witnessed ", DecisionName(d),
+                                 "; the WAL had lost the decision");
+  Signal(SignalKind::kLostDecision, by, why);
+  Decide(d, DecisionCause::kWitnessed, std::move(why));
+  return true;
+}
+
+// Contradicting witnesses: no automatic decision, an operator forces one.
+// The branches that witnessed are flagged STUCK so that they are counted and
+// listed.
+void Stepper::Hold(std::string why) {
+  t_.held_reason = why;
+  AbandonTryOps();
+  Signal(SignalKind::kAlert, -1,
+         absl::StrCat("held for an operator (force Confirm or Cancel): ", why));
+  for (uint32_t b = 0; b < t_.branches.size(); ++b) {
+    if (t_.branches[b].witness != Decision::kNone) {
+      Flag(b, absl::StrCat("held: ", why));
+    }
+  }
+}
+
 void Stepper::AbandonTryOps() {
   for (auto& br : t_.branches) {
     if (br.op_phase == Phase::kTry &&
@@ -325,6 +475,7 @@ void Stepper::Evaluate() {
       !t_.registered_durable) {
     return;
   }
+  if (DecideByWitnesses()) return;
   bool all_ok = true;
   for (const auto& br : t_.branches) {
     if (br.try_phase.state == PhaseState::kFailed) {
@@ -353,9 +504,13 @@ void Stepper::Evaluate() {
 }
 
 void Stepper::TryDeadlinePassed() {
-  if (t_.decision != Decision::kNone || now_ < t_.try_deadline_ms ||
+  if (t_.decision != Decision::kNone || !TryDeadlineReached() ||
       !t_.registered_durable) {
     return;
+  }
+  if ((t_.state == TxnState::kOpen || t_.state == TxnState::kTrying) &&
+      DecideByWitnesses()) {
+    return;  // never against a witness, not even at the deadline
   }
   if (t_.state == TxnState::kOpen) {
     Decide(Decision::kCancel, DecisionCause::kDeadline, "OPEN deadline passed");
@@ -416,7 +571,7 @@ void Stepper::KickUnresolvedTrys() {
     auto& br = t_.branches[b];
     if (IsResolved(br.try_phase.state) || br.op != BranchOp::kIdle) continue;
     if (!br.try_maybe_sent) {
-      if (now_ < t_.try_deadline_ms) SendTry(b);
+      if (!TryDeadlineReached()) SendTry(b);
     } else {
       SendQuery(b);
     }
@@ -432,7 +587,7 @@ void Stepper::OnRegisteredDurable() {
     Evaluate();
     return;
   }
-  if (now_ >= t_.try_deadline_ms) {
+  if (TryDeadlineReached()) {
     TryDeadlinePassed();
     return;
   }
@@ -446,7 +601,7 @@ void Stepper::OnBranchAddedDurable(uint32_t b) {
     if (t_.decision_durable) StartPhase2();
     return;
   }
-  if (now_ >= t_.try_deadline_ms) {
+  if (TryDeadlineReached()) {
     ResolveTry(b, PhaseState::kFailed, Outcome::kNone,
                "try-deadline passed before the Try was sent");
     return;
@@ -471,6 +626,7 @@ void Stepper::ResolveTry(uint32_t b, PhaseState state, Outcome outcome,
     br.op = BranchOp::kIdle;
   }
   br.failures = 0;
+  if (state == PhaseState::kSucceeded) br.not_found = false;
   if (had_failures) {
     Signal(SignalKind::kUnknownResolved, static_cast<int>(b),
            absl::StrCat("Try ", OutcomeName(outcome)));
@@ -725,6 +881,21 @@ absl::Status Stepper::On(const CommitEvent& e) {
 }
 
 absl::Status Stepper::On(const RollbackEvent& e) {
+  if (t_.decision == Decision::kNone) {
+    if (!t_.held_reason.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "gid ", t_.gid, " is held for an operator: ", t_.held_reason));
+    }
+    if (std::any_of(t_.branches.begin(), t_.branches.end(),
+                    [](const BranchRuntime& x) {
+                      return x.witness == Decision::kConfirm;
+                    })) {
+      return absl::UnavailableError(absl::StrCat(
+          "gid ", t_.gid,
+          ": a participant witnessed a Confirm the WAL lost; it is being "
+          "resolved, retry in a moment"));
+    }
+  }
   if (t_.decision == Decision::kConfirm) {
     if (auto st = DecisionInFlight(); !st.ok()) return st;
     return absl::FailedPreconditionError(
@@ -894,7 +1065,6 @@ absl::Status Stepper::On(const QueryReplyEvent& e) {
     return absl::InvalidArgumentError("answer to a Query never sent");
   }
   auto& br = t_.branches[e.branch];
-  const int bi = static_cast<int>(e.branch);
   const bool current =
       br.op == BranchOp::kQuerying && br.op_query == e.query_id;
   if (IsResolved(br.try_phase.state) || t_.decision != Decision::kNone) {
@@ -927,28 +1097,37 @@ absl::Status Stepper::On(const QueryReplyEvent& e) {
                  "query: TRY_REJECTED");
       return absl::OkStatus();
     case BarrierState::kCancelledBeforeTry:
-      ResolveTry(e.branch, PhaseState::kFailed, Outcome::kNone,
-                 "query: CANCELLED_BEFORE_TRY");
-      return absl::OkStatus();
     case BarrierState::kConfirmed:
-    case BarrierState::kCancelled: {
-      std::string why =
-          absl::StrCat("query: barrier holds ", BarrierName(e.barrier),
-                       " but no decision was recorded");
-      Signal(SignalKind::kAlert, bi, why);
-      Flag(e.branch, why);
-      if (current) TryStillUnknown(e.branch, why);
+    case BarrierState::kCancelled:
+      if (!same) {
+        ResolveTry(e.branch, PhaseState::kFailed, Outcome::kConflict,
+                   absl::StrCat("query: ", BarrierName(e.barrier),
+                                " under another branch hash"));
+        return absl::OkStatus();
+      }
+      Witness(e.branch,
+              e.barrier == BarrierState::kConfirmed ? Decision::kConfirm
+                                                    : Decision::kCancel,
+              e.barrier);
       return absl::OkStatus();
-    }
-    case BarrierState::kNotFound:
+    case BarrierState::kNotFound: {
       if (!current) return absl::OkStatus();
-      if (now_ < t_.try_deadline_ms) {
+      br.not_found = true;
+      const bool witnessed = std::any_of(
+          t_.branches.begin(), t_.branches.end(),
+          [](const BranchRuntime& x) { return x.witness != Decision::kNone; });
+      if (witnessed) {
+        // A fact for the witness rule; no Try is sent against a witness.
+        br.op = BranchOp::kIdle;
+        DecideByWitnesses();
+      } else if (!TryDeadlineReached()) {
         SendTry(e.branch);
       } else {
         br.op = BranchOp::kIdle;
         TryDeadlinePassed();
       }
       return absl::OkStatus();
+    }
   }
   return absl::InvalidArgumentError("unknown barrier state");
 }
@@ -964,10 +1143,19 @@ absl::Status Stepper::On(const RetryDueEvent& e) {
       br.op = BranchOp::kIdle;
       return absl::OkStatus();
     }
-    if (now_ >= t_.try_deadline_ms) {
+    if (TryDeadlineReached()) {
       br.op = BranchOp::kIdle;
       TryDeadlinePassed();
-      return absl::OkStatus();
+      // A Confirm witness waits for this branch's fact past the deadline.
+      if (t_.decision != Decision::kNone || !t_.held_reason.empty()) {
+        return absl::OkStatus();
+      }
+      if (!std::any_of(t_.branches.begin(), t_.branches.end(),
+                       [](const BranchRuntime& x) {
+                         return x.witness != Decision::kNone;
+                       })) {
+        return absl::OkStatus();
+      }
     }
     SendQuery(e.branch);
     return absl::OkStatus();
@@ -981,28 +1169,20 @@ absl::Status Stepper::On(const RetryDueEvent& e) {
 }
 
 absl::Status Stepper::On(const DeadlineEvent& e) {
-  // A timer that fires before the wall-clock deadline (the wall clock was
-  // set back) is armed again: deadlines are wall-clock facts.
+  // The monotonic timer armed for the deadline ran out: the deadline has
+  // passed, even if the wall clock was set back meanwhile and says
+  // otherwise (an early Cancel only makes a late Try refused; a Try that
+  // reserved inside the skew window is released by that Cancel).
   if (e.kind == DeadlineKind::kTry) {
-    if (t_.decision == Decision::kNone && t_.registered_durable &&
-        (t_.state == TxnState::kOpen || t_.state == TxnState::kTrying) &&
-        now_ < t_.try_deadline_ms) {
-      effects_.push_back(
-          ArmDeadlineEffect{DeadlineKind::kTry, t_.try_deadline_ms});
-      return absl::OkStatus();
-    }
+    t_.try_deadline_elapsed = true;
     TryDeadlinePassed();
     return absl::OkStatus();
   }
   if (t_.state == TxnState::kAwaitingApproval &&
       t_.decision == Decision::kNone) {
-    if (now_ >= t_.approval_deadline_ms) {
-      Decide(Decision::kCancel, DecisionCause::kDeadline,
-             "approval deadline passed");
-    } else {
-      effects_.push_back(
-          ArmDeadlineEffect{DeadlineKind::kApproval, t_.approval_deadline_ms});
-    }
+    t_.approval_deadline_elapsed = true;
+    Decide(Decision::kCancel, DecisionCause::kDeadline,
+           "approval deadline passed");
   }
   return absl::OkStatus();
 }
@@ -1099,7 +1279,7 @@ absl::Status Stepper::On(const PersistFailedEvent& e) {
       Evaluate();
       TryDeadlinePassed();
       if (t_.state == TxnState::kAwaitingApproval &&
-          now_ >= t_.approval_deadline_ms) {
+          ApprovalDeadlineReached()) {
         Decide(Decision::kCancel, DecisionCause::kDeadline,
                "approval deadline passed");
       }
@@ -1172,8 +1352,11 @@ absl::Status Stepper::On(const ForceDecisionEvent& e) {
           "an OPEN transaction is not committed; it cannot be forced to "
           "Confirm");
     }
+    // A held transaction's witnesses contradict each other: the operator
+    // decides (DESIGN.md section 10).
     for (const auto& br : t_.branches) {
-      if (br.try_phase.state != PhaseState::kSucceeded) {
+      if (t_.held_reason.empty() &&
+          br.try_phase.state != PhaseState::kSucceeded) {
         return absl::FailedPreconditionError(absl::StrCat(
             "branch ", br.spec.branch_id,
             " Try is not known EXECUTED; Confirm cannot be forced"));
@@ -1272,7 +1455,7 @@ absl::Status Stepper::On(const ResumeEvent& e) {
     case TxnState::kAwaitingApproval:
       effects_.push_back(
           ArmDeadlineEffect{DeadlineKind::kApproval, t_.approval_deadline_ms});
-      if (now_ >= t_.approval_deadline_ms) {
+      if (ApprovalDeadlineReached()) {
         Decide(Decision::kCancel, DecisionCause::kDeadline,
                "approval deadline passed");
       }

@@ -79,11 +79,14 @@
 //     authoritative / error -> stays UNKNOWN, backoff, Query again.
 //   A Try that provably never left (driver's circuit breaker, `not_sent`) on a
 //   branch never sent before -> FAILED.
-// Decision rule (TRYING): any FAILED -> Cancel; all SUCCEEDED -> Confirm (or
-// AWAITING_APPROVAL with the gate); try-deadline with any not SUCCEEDED ->
-// Cancel. OPEN decides only on Commit, Rollback or its deadline.
-// Phase 2 (per branch): sent to every branch once Decided is durable;
-// Confirm EXECUTED, Cancel EXECUTED / EMPTY_ROLLBACK / CONFLICT (with an alert)
+// Decision rule (TRYING; after the witness rule): any FAILED -> Cancel; all
+// SUCCEEDED -> Confirm (or AWAITING_APPROVAL with the gate); try-deadline
+// with any not SUCCEEDED -> Cancel. The try-deadline has passed when the wall
+// clock says so or when the monotonic timer armed for it ran out
+// (DeadlineEvent), whichever comes first. OPEN decides only on Commit, Rollback
+// or its deadline. Phase 2 (per branch): sent to every branch once Decided is
+// durable; Confirm EXECUTED, Cancel EXECUTED / EMPTY_ROLLBACK / CONFLICT (with
+// an alert)
 // -> SUCCEEDED. Anything else is retried forever with backoff; after
 // `stuck_after_failures` failures, or on FAILED_PRECONDITION, the branch is
 // flagged STUCK (alert) and retried at the slowest rate. All SUCCEEDED ->
@@ -197,6 +200,7 @@ enum class DeadlineKind : uint8_t {
   kApproval = 2,  // AWAITING_APPROVAL's deadline
 };
 
+// The monotonic timer armed by an ArmDeadlineEffect of this kind ran out.
 struct DeadlineEvent {
   DeadlineKind kind = DeadlineKind::kTry;
 };
@@ -296,6 +300,10 @@ enum class SignalKind : uint8_t {
   kRetry,            // a branch call will be retried
   kDecided,
   kFinished,
+  // A decision the WAL had lost, adopted as a participant's barrier
+  // witnessed it (DESIGN.md section 8): an operator should find out why the
+  // WAL lost it.
+  kLostDecision,
 };
 
 struct SignalEffect {
@@ -330,5 +338,6 @@ inline constexpr char kReasonRollback[] = "rollback: ";
 inline constexpr char kReasonForced[] = "forced: ";
 inline constexpr char kReasonGate[] = "approved: ";
 inline constexpr char kReasonDeadline[] = "deadline: ";
+inline constexpr char kReasonWitnessed[] = "witnessed: ";
 
 }  // namespace tcc::core

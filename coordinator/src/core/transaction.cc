@@ -60,6 +60,7 @@ TransactionView MakeView(const Txn& t) {
   v.finished_at_ms = t.finished_at_ms;
   v.owner_epoch = t.owner_epoch;
   v.interactive = t.interactive;
+  v.held_reason = t.held_reason;
   return v;
 }
 

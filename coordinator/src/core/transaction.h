@@ -61,6 +61,9 @@ enum class DecisionCause : uint8_t {
   kRollback = 3,  // the caller asked
   kForced = 4,    // an operator, with a one-time approval
   kGate = 5,      // the approval gate was approved
+  // A participant's barrier witnessed a decision the WAL had lost
+  // (DESIGN.md section 8): adopted, never decided against.
+  kWitnessed = 6,
 };
 
 // A one-call transaction (tcc.v1.SubmitRequest, mapped by the daemon).
@@ -122,6 +125,16 @@ struct BranchRuntime {
   // recovery, every registered branch may have been tried.
   bool try_maybe_sent = false;
   bool try_maybe_sent_before_attempt = false;
+  // While no decision is recorded: what this branch's barrier showed to an
+  // authoritative Query (DESIGN.md section 8). `witness` is a decision it
+  // can only hold after one was durable (CONFIRMED: Confirm; CANCELLED or
+  // CANCELLED_BEFORE_TRY: Cancel), under this branch's hash. `not_found` is
+  // an authoritative NOT_FOUND answered since its Try last succeeded (beside
+  // a Confirm witness, a contradiction). Set by Query answers, never stored:
+  // a recovery asks again.
+  Decision witness = Decision::kNone;
+  BarrierState witness_state = BarrierState::kNotFound;  // with `witness`
+  bool not_found = false;
 };
 
 // Caller kinds that wait for an answer.
@@ -194,6 +207,18 @@ struct Txn {
   // it until the decision is durable (no caller hears of it before).
   TxnState state_before_decision = TxnState::kTrying;
   bool poisoned = false;  // a WAL write failed: the owner must be dropped
+  // Non-empty while the transaction is held for an operator: its
+  // participants' barriers contradict each other about a decision the WAL
+  // lost (DESIGN.md section 8). No automatic decision is made (not even at
+  // a deadline); an operator forces Confirm or Cancel. Memory only: a
+  // recovery asks the participants again and holds it again.
+  std::string held_reason;
+  // The monotonic timer armed for the try-deadline (or the approval
+  // deadline) ran out: the deadline counts as passed even when the wall
+  // clock, set back meanwhile, says otherwise (whichever comes first: an
+  // early Cancel only makes a late Try refused). Memory only.
+  bool try_deadline_elapsed = false;
+  bool approval_deadline_elapsed = false;
   uint64_t next_seq = 1;
   uint64_t next_query = 1;
   std::vector<PendingPersist> pending;
@@ -241,6 +266,7 @@ struct TransactionView {
   int64_t finished_at_ms = 0;
   uint64_t owner_epoch = 0;
   bool interactive = false;
+  std::string held_reason;  // see Txn::held_reason
 };
 
 TransactionView MakeView(const Txn& txn);

@@ -100,6 +100,7 @@ grpc::ServerUnaryReactor* AdminService::Status(
   response->set_stuck_branches(h.stuck_branches);
   response->set_recovery_total(h.recovery_total);
   response->set_recovery_done(h.recovery_done);
+  response->set_recovery_error(h.recovery_error);
   return call.Finish(absl::OkStatus());
 }
 

@@ -85,7 +85,9 @@ class CoordinatorBackend {
       const std::string& gid) = 0;
 
   struct Health {
-    std::string health;  // "serving", "recovering", "stopping"
+    // "serving", "recovering" (the recovery scan runs), "stopping", or
+    // "failed" (tccd met state it cannot drive and is stopping)
+    std::string health;
     uint64_t wal_bytes = 0;
     int64_t dedup_horizon_ms = 0;
     std::vector<std::pair<wal::TxnState, uint64_t>> in_flight;
@@ -93,6 +95,7 @@ class CoordinatorBackend {
     uint64_t stuck_branches = 0;
     uint64_t recovery_total = 0;
     uint64_t recovery_done = 0;
+    std::string recovery_error;  // non-empty: the recovery scan failed
   };
   virtual Health Status() = 0;
 };

@@ -183,6 +183,7 @@ void ToProto(const core::TransactionView& view, tcc::v1::TransactionView* out) {
   out->set_finished_at_ms(view.finished_at_ms);
   out->set_owner_epoch(view.owner_epoch);
   out->set_interactive(view.interactive);
+  out->set_held_reason(view.held_reason);
 }
 
 }  // namespace tcc::rpc

@@ -84,6 +84,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         std::make_shared<std::atomic<bool>>(false);
     // Holds one of the recovery window's places until decided or dropped.
     bool recovery_place = false;
+    // Its branches flagged STUCK, as last counted into Impl::stuck_.
+    int stuck = 0;
     // The WAL refused an append for want of room (RESOURCE_EXHAUSTED: its
     // queue was full, nothing was written). The core fail-stops the owner
     // as for any failed append; once dropped it is loaded again from the
@@ -219,6 +221,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
 
   uint64_t epoch() const { return epoch_; }
   bool halted() const { return halted_; }
+  int64_t stuck() const { return stuck_.load(); }
   BreakerState breaker(const std::string& p) const {
     return breakers_.State(p);
   }
@@ -251,14 +254,20 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       if (before_snapshot) NoteLoadedDuringRecovery(gid);
       return static_cast<Owner*>(nullptr);
     }
-    if (!read.ok()) return read.status();
+    if (!read.ok()) {
+      if (absl::IsDataLoss(read.status())) observer_->OnFatal(read.status());
+      return read.status();
+    }
     NoteLoadedDuringRecovery(gid);
     if (read->summary.compacted) {
       *compact = read->summary;
       *summary = compact;
       return static_cast<Owner*>(nullptr);
     }
-    return Adopt(s, std::move(*read));
+    absl::StatusOr<Owner*> adopted = Adopt(s, std::move(*read));
+    if (absl::IsDataLoss(adopted.status()))
+      observer_->OnFatal(adopted.status());
+    return adopted;
   }
 
   // Rebuilds a transaction from its records; resumes it if unfinished.
@@ -275,6 +284,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       }
     }
     Owner* o = owner.get();
+    CountStuck(*o);
     shards_[s].owners[gid] = std::move(owner);
     if (!wal::IsFinal(o->txn.state)) {
       o->loading = true;
@@ -331,12 +341,12 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       }
     }
     if (!st.ok() && !absl::IsCancelled(st)) {
-      core::SignalEffect sig{
-          core::SignalKind::kAlert, -1,
-          absl::StrCat("recovery scan failed: ", st.ToString())};
-      observer_->OnSignal("", "", sig);
+      observer_->OnFatal(absl::Status(
+          st.code(), absl::StrCat("recovery scan failed after ", n,
+                                  " transactions: ", st.message())));
+    } else if (st.ok()) {
+      observer_->OnRecovered(n);
     }
-    observer_->OnRecovered(n);
     ResumeFromScan();
   }
 
@@ -367,10 +377,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         }
         absl::StatusOr<Owner*> o = self.Adopt(s, std::move(*shared));
         if (!o.ok()) {
-          self.observer_->OnSignal(
-              gid, "",
-              core::SignalEffect{core::SignalKind::kAlert, -1,
-                                 o.status().ToString()});
+          // Its records do not replay (DATA_LOSS): it cannot be driven.
+          self.observer_->OnFatal(absl::Status(
+              o.status().code(), absl::StrCat("recovery of gid ", gid, ": ",
+                                              o.status().message())));
           self.ReleaseRecoveryPlace();
           return;
         }
@@ -609,6 +619,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       Run(s, gid, *o, eff);
     }
     if (!r.effects.empty()) observer_->OnStepped(gid, o->txn);
+    CountStuck(*o);
     MaybeReleaseRecoveryPlace(*o);
     MaybeEvict(s, gid);
     return absl::OkStatus();
@@ -647,11 +658,22 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       ReleaseRecoveryPlace();
     }
     if (o->reload_when_dropped) ScheduleReload(gid);
+    stuck_ -= o->stuck;
     // Callers still waiting on a dropped owner learn it.
     auto callers = std::move(o->callers);
     shards_[s].owners.erase(gid);
     for (auto& [rid, d] : callers) {
       d(absl::UnavailableError("the transaction's owner stopped"));
+    }
+  }
+
+  // Brings stuck_ up to date with the owner's STUCK flags.
+  void CountStuck(Owner& o) {
+    int n = 0;
+    for (const auto& br : o.txn.branches) n += br.stuck ? 1 : 0;
+    if (n != o.stuck) {
+      stuck_ += n - o.stuck;
+      o.stuck = n;
     }
   }
 
@@ -1014,6 +1036,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   std::unordered_set<std::string> recovery_loaded_;
   std::atomic<uint64_t> epoch_{0};
   std::atomic<bool> halted_{false};
+  std::atomic<int64_t> stuck_{0};  // the owners' Owner::stuck, summed
   std::atomic<RequestId> next_request_{1};
 };
 
@@ -1125,5 +1148,7 @@ bool Driver::halted() const { return impl_->halted(); }
 BreakerState Driver::breaker_state(const std::string& participant) const {
   return impl_->breaker(participant);
 }
+
+int64_t Driver::stuck_branches() const { return impl_->stuck(); }
 
 }  // namespace tcc::runtime

@@ -77,6 +77,11 @@ class DriverObserver {
   virtual void OnEffect(const std::string& /*gid*/,
                         const core::Effect& /*effect*/) {}
   virtual void OnRecovered(size_t /*resumed*/) {}
+  // The driver met state it cannot drive: the recovery scan failed (then
+  // OnRecovered is not called), or a transaction's records do not replay
+  // (DATA_LOSS). Unfinished transactions may be left undriven, so a daemon
+  // stops (DESIGN.md section 7: corrupt synced state is DATA_LOSS).
+  virtual void OnFatal(const absl::Status& /*status*/) {}
   // After every step that changed a transaction (for Watch streams: build
   // core::MakeView(txn) only when someone watches `gid`). `txn` is valid
   // during the call only.
@@ -161,6 +166,10 @@ class Driver {
   // in-process tests). With `crash` the process dies there instead.
   bool halted() const;
   BreakerState breaker_state(const std::string& participant) const;
+  // Branches flagged STUCK in the transactions this driver holds (a gauge:
+  // it falls when a branch succeeds, is resolved by hand, or its
+  // transaction leaves memory).
+  int64_t stuck_branches() const;
 
   class Impl;
 

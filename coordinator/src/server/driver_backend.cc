@@ -106,6 +106,8 @@ const char* SignalName(core::SignalKind kind) {
       return "decided";
     case core::SignalKind::kFinished:
       return "finished";
+    case core::SignalKind::kLostDecision:
+      return "lost decision";
   }
   return "signal";
 }
@@ -346,6 +348,10 @@ void DriverBackend::Refresh(const std::string& gid) {
 rpc::CoordinatorBackend::Health DriverBackend::Status() {
   Health h;
   h.health = stopping_ ? "stopping" : (recovered_ ? "serving" : "recovering");
+  if (absl::Status f = fatal(); !f.ok()) {
+    h.health = "failed";
+    if (!recovered_) h.recovery_error = f.ToString();
+  }
   const wal::LogStats stats = log_.Stats();
   h.wal_bytes = stats.bytes_on_disk;
   h.dedup_horizon_ms = log_.DedupHorizonMs();
@@ -381,7 +387,8 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
     }
     if (count > 0) h.in_flight.emplace_back(s, count);
   }
-  h.stuck_branches = static_cast<uint64_t>(std::max<int64_t>(0, stuck_));
+  h.stuck_branches = static_cast<uint64_t>(
+      std::max<int64_t>(0, driver_ != nullptr ? driver_->stuck_branches() : 0));
   // Recovery is done for a transaction once it is final: of those found
   // unfinished at start, the ones not still unfinished.
   h.recovery_total = recovered_count_;
@@ -402,15 +409,16 @@ void DriverBackend::OnSignal(const std::string& gid,
       if (metrics_) metrics_->Alert("core");
       break;
     case core::SignalKind::kStuck:
-      ++stuck_;
       spdlog::warn("gid={} branch={} stuck: {}", gid, branch_id, signal.text);
-      if (metrics_) metrics_->SetStuckBranches(stuck_);
       break;
     case core::SignalKind::kUnstuck:
-      --stuck_;
       spdlog::info("gid={} branch={} no longer stuck: {}", gid, branch_id,
                    signal.text);
-      if (metrics_) metrics_->SetStuckBranches(stuck_);
+      break;
+    case core::SignalKind::kLostDecision:
+      spdlog::error("gid={} branch={} lost decision: {}", gid, branch_id,
+                    signal.text);
+      if (metrics_) metrics_->Alert("lost_decision");
       break;
     case core::SignalKind::kUnknownOutcome:
       spdlog::info("gid={} branch={} unknown outcome: {}", gid, branch_id,
@@ -483,6 +491,21 @@ void DriverBackend::OnEffect(const std::string& gid,
     }
     if (watched) Refresh(gid);
   }
+}
+
+void DriverBackend::OnFatal(const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(fatal_mu_);
+    if (fatal_.ok()) fatal_ = status;
+  }
+  spdlog::critical("cannot drive what the WAL holds, stopping: {}",
+                   status.ToString());
+  if (metrics_) metrics_->Alert("fatal");
+}
+
+absl::Status DriverBackend::fatal() const {
+  std::lock_guard<std::mutex> lock(fatal_mu_);
+  return fatal_;
 }
 
 void DriverBackend::OnRecovered(size_t resumed) {

@@ -86,6 +86,11 @@ class DriverBackend final : public rpc::CoordinatorBackend,
                  runtime::BreakerState state) override;
   void OnEffect(const std::string& gid, const core::Effect& effect) override;
   void OnRecovered(size_t resumed) override;
+  void OnFatal(const absl::Status& status) override;
+
+  // OK, or the first state the driver could not drive (OnFatal): the
+  // daemon stops on it (exit 3 for DATA_LOSS).
+  absl::Status fatal() const;
 
  private:
   struct Pending;
@@ -108,12 +113,13 @@ class DriverBackend final : public rpc::CoordinatorBackend,
   std::unordered_map<std::string, std::vector<std::shared_ptr<Watcher>>>
       watchers_;
 
-  std::atomic<int64_t> stuck_{0};
   // Registered and not yet finished, as seen by this process (recovered ones
   // included once the scan reports them).
   std::atomic<int64_t> in_flight_{0};
   uint64_t max_in_flight_ = UINT64_MAX;
   std::atomic<bool> recovered_{false};
+  mutable std::mutex fatal_mu_;
+  absl::Status fatal_;  // guarded by fatal_mu_
   std::atomic<uint64_t> recovered_count_{0};
   // Wall-clock start: transactions registered before it are recovery's.
   const int64_t started_at_ms_;

@@ -128,8 +128,24 @@ CoordinatorMetrics::CoordinatorMetrics(
                    .Register(*registry_)),
       alerts_(BuildCounter()
                   .Name("tccd_alerts_total")
-                  .Help("Alerts by kind (protocol violations, conflicts)")
-                  .Register(*registry_)) {}
+                  .Help("Alerts by kind: core (protocol violations, "
+                        "conflicts, contradicting witnesses), lost_decision "
+                        "(a decision the WAL lost, adopted from a "
+                        "participant's barrier), fatal (state tccd cannot "
+                        "drive; it stops)")
+                  .Register(*registry_)) {
+  // Series a dashboard or an alert reads exist from the start, at 0, so that
+  // 0 is told from no data.
+  stuck_.Add({}).Set(0);
+  for (const char* kind : {"core", "lost_decision", "fatal"}) {
+    alerts_.Add({{"kind", kind}});
+  }
+}
+
+void CoordinatorMetrics::ExportParticipants(
+    const std::vector<std::string>& participants) {
+  for (const std::string& p : participants) SetBreakerState(p, 0);
+}
 
 void CoordinatorMetrics::TransactionAccepted() {
   OneLabel(txns_cache_, txns_, "event", "accepted").Increment();

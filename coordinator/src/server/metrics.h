@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -84,6 +85,8 @@ class CoordinatorMetrics {
   void SetRecovery(int64_t done, int64_t total);
   // 0 closed, 1 half-open, 2 open.
   void SetBreakerState(const std::string& participant, int state);
+  // The configured participants' series, from the start (breakers closed).
+  void ExportParticipants(const std::vector<std::string>& participants);
   void Alert(const std::string& kind);
 
  private:

@@ -33,6 +33,7 @@ class Server::Impl {
  public:
   absl::Status Start(const Config& config, const std::string& version);
   absl::Status Stop();
+  absl::Status Failure() const;
 
   Config config_;
   std::unique_ptr<wal::RocksDbLog> log_;
@@ -57,6 +58,7 @@ class Server::Impl {
   int port_ = 0;
   int admin_port_ = 0;
   bool stopped_ = false;
+  absl::Status stopped_failure_;  // Failure() when Stop ran
 
  private:
   void ScheduleRetention();
@@ -213,6 +215,11 @@ absl::Status Server::Impl::Start(const Config& config,
               static_cast<int>(config.participant_calls.max_outstanding)});
 
   metrics_ = std::make_unique<CoordinatorMetrics>();
+  {
+    std::vector<std::string> names;
+    for (const auto& [name, p] : config.participants) names.push_back(name);
+    metrics_->ExportParticipants(names);
+  }
   if (!config.metrics_listen.empty()) {
     auto endpoint =
         MetricsEndpoint::Start(config.metrics_listen, metrics_->registry());
@@ -318,6 +325,7 @@ void Server::Impl::ScheduleWalStats() {
                                       calls.batched_calls,
                                       calls.batch_fallbacks);
     backend_->ReconcileInFlight(stats.unfinished);
+    metrics_->SetStuckBranches(driver_->stuck_branches());
     ScheduleWalStats();
   });
 }
@@ -332,8 +340,16 @@ void Server::Impl::ScheduleRetention() {
   });
 }
 
+absl::Status Server::Impl::Failure() const {
+  if (log_ != nullptr) {
+    if (absl::Status f = log_->failure(); !f.ok()) return f;
+  }
+  if (backend_ != nullptr) return backend_->fatal();
+  return absl::OkStatus();
+}
+
 absl::Status Server::Impl::Stop() {
-  if (stopped_) return log_ ? log_->failure() : absl::OkStatus();
+  if (stopped_) return stopped_failure_;
   stopped_ = true;
   // Stop accepting; callers still waiting are answered UNAVAILABLE so the
   // servers can finish their calls.
@@ -353,8 +369,8 @@ absl::Status Server::Impl::Stop() {
   // Participant calls still in flight would call back into the transport,
   // the metrics and the driver: cancel them and wait for their callbacks.
   if (client_) client_->Shutdown(5000);
+  stopped_failure_ = Failure();
   driver_.reset();
-  absl::Status failure = log_ ? log_->failure() : absl::OkStatus();
   log_.reset();  // completes every queued append, then closes
   clock_.reset();
   shards_.clear();
@@ -362,7 +378,7 @@ absl::Status Server::Impl::Stop() {
   scan_thread_.reset();
   threads_.reset();
   metrics_endpoint_.reset();
-  return failure;
+  return stopped_failure_;
 }
 
 Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -385,8 +401,6 @@ int Server::metrics_port() const {
   return impl_->metrics_endpoint_ ? impl_->metrics_endpoint_->port() : 0;
 }
 absl::Status Server::Stop() { return impl_->Stop(); }
-absl::Status Server::WalFailure() const {
-  return impl_->log_ ? impl_->log_->failure() : absl::OkStatus();
-}
+absl::Status Server::Failure() const { return impl_->Failure(); }
 
 }  // namespace tcc::server

@@ -28,12 +28,15 @@ class Server {
   int admin_port() const;    // == port() when served together
   int metrics_port() const;  // 0 when off
 
-  // Graceful stop; idempotent. Returns the WAL's fail-stop error, if it
-  // failed while running (the caller exits non-zero then).
+  // Graceful stop; idempotent. Returns Failure() as it was when stopping
+  // (the caller exits non-zero then).
   absl::Status Stop();
 
-  // The WAL's fail-stop error, OK while it works.
-  absl::Status WalFailure() const;
+  // OK while tccd can go on; else why it must stop: the WAL's fail-stop
+  // error (a failed write or sync; DATA_LOSS when a read found its synced
+  // state corrupt), or DATA_LOSS when the driver met state it cannot drive
+  // (a recovery scan that failed, records that do not replay).
+  absl::Status Failure() const;
 
   class Impl;
 

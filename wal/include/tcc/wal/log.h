@@ -26,7 +26,10 @@
 //   never left unknown. Reads are refused too (RocksDB log): what a failed
 //   group wrote may be readable though it was never made durable.
 // - Opening a log whose synced records are corrupt or of an unknown format
-//   version fails DATA_LOSS; a torn unsynced tail is dropped silently.
+//   version fails DATA_LOSS; a torn unsynced tail is dropped silently. A
+//   read that finds corrupt synced state later answers DATA_LOSS and stops
+//   the log as a failed write does (RocksDB log): nothing more is read or
+//   written from a store known to be damaged.
 //
 // Append errors:
 //   FAILED_PRECONDITION  a different decision stands; an approval does not
