@@ -124,7 +124,7 @@ absl::Status BankCluster::StartTccd() {
                                    "--listen",
                                    absl::StrCat("127.0.0.1:", tccd_port_),
                                    "--metrics-listen",
-                                   "off",
+                                   options_.metrics ? "127.0.0.1:0" : "off",
                                    "--log-level",
                                    "info"};
   if (pki_) {
@@ -148,6 +148,12 @@ absl::Status BankCluster::StartTccd() {
     if (!p.ok()) return p.status();
     auto listening = (*p)->WaitForListening(kStartTimeoutMs);
     if (listening.ok()) {
+      if (options_.metrics) {
+        // Printed before the listening line.
+        auto port = (*p)->WaitForLine(R"(^metrics: http://[^ ]*:(\d+)/)", 0);
+        if (!port.ok()) return port.status();
+        tccd_metrics_port_ = std::stoi(*port);
+      }
       tccd_ = std::move(*p);
       return absl::OkStatus();
     }

@@ -59,6 +59,8 @@ struct ClusterOptions {
   std::map<std::string, std::string> bank_store;
   std::string pg_url;
   std::vector<std::string> tccd_args;  // extra flags
+  // Serve tccd's /metrics on a port the OS picks (tccd_metrics_port()).
+  bool metrics = false;
   std::map<std::string, std::string> tccd_env;
   std::map<std::string, std::map<std::string, std::string>> bank_env;
   ClusterTls tls;
@@ -99,6 +101,8 @@ class BankCluster {
   std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() const;
 
   int tccd_port() const { return tccd_port_; }
+  // tccd's metrics port (options.metrics), as of its last start.
+  int tccd_metrics_port() const { return tccd_metrics_port_; }
   int bank_port(const std::string& name) { return bank_ports_[name]; }
   client::CoordinatorClient& client() { return *client_; }
   std::unique_ptr<client::CoordinatorClient> NewClient(
@@ -138,6 +142,7 @@ class BankCluster {
   CertFiles harness_cert_;
   std::unique_ptr<Process> tccd_;
   int tccd_port_ = 0;
+  int tccd_metrics_port_ = 0;
   int tccd_starts_ = 0;
   std::map<std::string, std::unique_ptr<Process>> banks_;
   std::map<std::string, int> bank_ports_;

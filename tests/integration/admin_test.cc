@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "bank_cluster.h"
+#include "http_get.h"
 #include "tcc/v1/admin.grpc.pb.h"
 #include "test_dirs.h"
 
@@ -514,6 +515,58 @@ TEST_CASE("resolve a phase-2 branch by hand") {
   }
   CHECK(resolved);
   CHECK(show.approvals_size() == 2);  // the gate and the resolve
+}
+
+TEST_CASE("a STUCK branch resolved by hand is no longer counted stuck") {
+  const std::string dir = TempDir("unstuck");
+  Cleanup cleanup{dir};
+  // Two failed Confirms (at a 100 ms cap) flag a branch STUCK.
+  std::ofstream(dir + "/tccd.yaml")
+      << "retry:\n  base_ms: 20\n  cap_ms: 100\n  stuck_after_ms: 200\n";
+  ClusterOptions o = Options(dir, {"--config", dir + "/tccd.yaml"});
+  o.metrics = true;
+  BankCluster c(o);
+  REQUIRE(c.Start().ok());
+  Admin alice(c.tccd_port(), kAliceToken);
+  auto status = [&] {
+    v1::StatusResponse s;
+    REQUIRE(alice.Call(&v1::Admin::Stub::Status, v1::StatusRequest(), &s).ok());
+    return s;
+  };
+  // The gauge is refreshed every 250 ms.
+  auto metric_says = [&](const std::string& line) {
+    for (int i = 0; i < 100; ++i) {
+      auto page = tcc::testing::HttpGet(
+          tcc::testing::LoopbackUrl(c.tccd_metrics_port(), "/metrics"), 5000);
+      if (page.ok() && page->find(line) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  };
+  CHECK(metric_says("tccd_stuck_branches 0\n"));
+  auto req = GatedTransfer(c, alice, 15, 16, 20);
+  std::string credit;
+  for (const auto& b : req.branches()) {
+    if (b.participant() == "bank-b") credit = b.branch_id();
+  }
+  c.KillBank("bank-b");
+  v1::Approval go;
+  REQUIRE(alice.Issue(v1::APPROVAL_ACTION_GATE_APPROVE, req.gid(), &go).ok());
+  REQUIRE(alice.Approve(req.gid(), go.approval_id()).ok());
+  for (int i = 0; i < 200 && status().stuck_branches() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE(status().stuck_branches() == 1);
+  CHECK(metric_says("tccd_stuck_branches 1\n"));
+  v1::Approval fix;
+  REQUIRE(
+      alice.Issue(v1::APPROVAL_ACTION_RESOLVE_BRANCH, req.gid(), &fix, credit)
+          .ok());
+  REQUIRE(alice.Resolve(req.gid(), credit, fix.approval_id()).ok());
+  CHECK(WaitFinal(alice, req.gid()).state() == v1::TXN_STATE_CONFIRMED);
+  // The alert clears: nothing is stuck any more.
+  CHECK(status().stuck_branches() == 0);
+  CHECK(metric_says("tccd_stuck_branches 0\n"));
 }
 
 TEST_CASE("the per-client rate limit refuses the excess and changes nothing") {

@@ -5,6 +5,8 @@
 //   is taken from their barriers, never reversed by the try-deadline;
 // - a damaged table file: tccd stops (exit 3) once its recovery scan meets
 //   it, even though it had begun serving.
+#include <sys/wait.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
@@ -12,7 +14,6 @@
 #include <fstream>
 #include <optional>
 #include <string>
-#include <sys/wait.h>
 #include <thread>
 #include <vector>
 
@@ -71,9 +72,9 @@ std::optional<uint64_t> FindLogicalRecord(const std::string& bytes,
       pos += left;  // the block's zero padding
       continue;
     }
-    const auto len = static_cast<uint64_t>(
-        static_cast<uint8_t>(bytes[pos + 4]) |
-        (static_cast<uint8_t>(bytes[pos + 5]) << 8));
+    const auto len =
+        static_cast<uint64_t>(static_cast<uint8_t>(bytes[pos + 4]) |
+                              (static_cast<uint8_t>(bytes[pos + 5]) << 8));
     const auto type = static_cast<uint8_t>(bytes[pos + 6]);
     if (type < 1 || type > 4 || pos + kHeader + len > bytes.size()) break;
     if (type == 1 || type == 2) {
@@ -81,8 +82,7 @@ std::optional<uint64_t> FindLogicalRecord(const std::string& bytes,
       payload.clear();
     }
     payload.append(bytes, pos + kHeader, len);
-    if ((type == 1 || type == 4) &&
-        payload.find(needle) != std::string::npos) {
+    if ((type == 1 || type == 4) && payload.find(needle) != std::string::npos) {
       return start;
     }
     pos += kHeader + len;
