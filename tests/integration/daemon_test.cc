@@ -537,6 +537,37 @@ TEST_CASE("limits.max_in_flight: new transactions beyond it are refused") {
   CHECK_OK(c.CheckFinal(gids, 45000));
 }
 
+TEST_CASE("a Submit whose deadline the WAL's queue cannot meet is shed") {
+  ClusterOptions o = Options("shed");
+  // Every WAL sync takes 300 ms: a registration is durable after that.
+  o.tccd_env = {{"TCC_FAILPOINTS", "wal.before_sync=sleep(300)"}};
+  BankCluster c(o);
+  REQUIRE(c.Start().ok());
+  auto client = c.NewClient(1, 10000);
+  for (int i = 0; i < 12; ++i) {  // tccd learns how long appends take
+    auto req = c.Transfer("bank-a", i, "bank-b", i, 1);
+    req.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+    REQUIRE(client->Submit(req).ok());
+  }
+  auto stub = v1::Coordinator::NewStub(c.TccdChannel());
+  auto req = c.Transfer("bank-a", 13, "bank-b", 13, 1);
+  req.set_gid("shed-1");
+  req.set_created_at_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count());
+  req.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(100));
+  v1::SubmitResponse resp;
+  const grpc::Status st = stub->Submit(&ctx, req, &resp);
+  INFO(st.error_message());
+  // Refused at once (not a timeout that leaves the outcome unknown), and
+  // nothing was written.
+  CHECK(st.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+  CHECK(client->Get("shed-1").status().code() == absl::StatusCode::kNotFound);
+}
+
 TEST_CASE("configured request limits are the ones enforced") {
   ClusterOptions o = Options("limits");
   const std::string config = o.root_dir + "/tccd.yaml";

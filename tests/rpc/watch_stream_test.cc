@@ -50,7 +50,8 @@ class PushingBackend final : public CoordinatorBackend {
 
   void Submit(core::SubmitSpec, AnswerDone done) override { Refuse(done); }
   void Begin(core::BeginSpec, AnswerDone done) override { Refuse(done); }
-  void Try(std::string, core::BranchSpec, AnswerDone done) override {
+  void Try(std::string, core::BranchSpec, AnswerDone done,
+           int64_t) override {
     Refuse(done);
   }
   void Commit(std::string, std::vector<std::string>, core::WaitFor,

@@ -1210,4 +1210,85 @@ TEST_CASE("a WAL completion is not credited to a later owner of the same gid",
   CHECK(transport.violations().empty());
   for (const auto& v : transport.violations()) UNSCOPED_INFO(v);
 }
+
+// ------------------------------------------------ memory (issue 19, item 4)
+
+TEST_CASE("the memory budget refuses new transactions, nothing written") {
+  DriverOptions o;
+  o.max_in_flight_bytes = 2 << 20;  // 2 MiB
+  Harness h(2, o);
+  // p1 is down: every transaction decides Cancel and then waits for it.
+  h.parts["p1"]->set_down(true);
+  int accepted = 0;
+  std::vector<std::string> refused;
+  for (int i = 0; i < 3000 && refused.size() < 5; ++i) {
+    core::SubmitSpec spec =
+        h.Spec("m" + std::to_string(i), 2, core::WaitFor::kAccepted);
+    for (auto& b : spec.branches) b.payload = std::string(60 * 1024, 'p');
+    Result r = h.Submit(std::move(spec));
+    REQUIRE(h.Wait(r));
+    if (r->value().ok()) {
+      ++accepted;
+    } else {
+      CHECK(r->value().status().code() == absl::StatusCode::kResourceExhausted);
+      refused.push_back("m" + std::to_string(i));
+    }
+    h.Run([] { return false; }, 10);  // let the Trys go and fail
+  }
+  INFO("accepted " << accepted);
+  REQUIRE(refused.size() == 5);
+  // The budget held: a refused one left nothing behind.
+  CHECK(h.driver->memory_bytes() <= int64_t{2 << 20});
+  for (const std::string& gid : refused) {
+    CHECK(h.log.Read(gid).status().code() == absl::StatusCode::kNotFound);
+  }
+  // While they wait, their payloads are in the WAL only: far more were
+  // accepted than 2 MiB holds with their payloads (17 of 120 KiB).
+  CHECK(accepted > 40);
+  // The participant returns: everything finishes, each call carried its
+  // payload (read back from the WAL), and the budget is free again.
+  std::set<size_t> payload_sizes;
+  h.transport.SetScript("p1",
+                        [&](const BranchCall& call)
+                            -> std::optional<absl::StatusOr<BranchAnswer>> {
+                          payload_sizes.insert(call.spec->payload.size());
+                          return std::nullopt;
+                        });
+  h.parts["p1"]->set_down(false);
+  REQUIRE(h.Run([&] { return h.AllFinal("m", accepted); }));
+  CHECK(payload_sizes == std::set<size_t>{60 * 1024});
+  for (int i = 0; i < accepted; ++i) {
+    CHECK(h.StoredState("m" + std::to_string(i)) == TxnState::kCancelled);
+  }
+  h.CheckInvariants();
+  REQUIRE(h.Run([&] { return h.driver->memory_bytes() == 0; }, 1000));
+}
+
+TEST_CASE("a request that cannot be answered in time is shed unwritten") {
+  Harness h(2);
+  // Each durable append waits 50 ms for its sync.
+  for (int i = 0; i < 20; ++i) {
+    Result r =
+        h.Submit(h.Spec("w" + std::to_string(i), 2, core::WaitFor::kAccepted));
+    h.exec.RunAll();
+    h.clock.AdvanceTo(h.clock.MonotonicMs() + 50);
+    h.log.SyncNow();
+    REQUIRE(h.Wait(r));
+    REQUIRE(r->value().ok());
+  }
+  // A caller that gives it 1 ms is refused at once, nothing written.
+  core::SubmitSpec spec = h.Spec("late", 2, core::WaitFor::kAccepted);
+  spec.answer_within_ms = 1;
+  Result late = h.Submit(std::move(spec));
+  REQUIRE(late->has_value());
+  CHECK(late->value().status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(h.log.Read("late").status().code() == absl::StatusCode::kNotFound);
+  // With time enough it goes through.
+  core::SubmitSpec patient = h.Spec("patient", 2, core::WaitFor::kAccepted);
+  patient.answer_within_ms = 5000;
+  Result ok = h.Submit(std::move(patient));
+  REQUIRE(h.Wait(ok));
+  CHECK(ok->value().ok());
+}
+
 }  // namespace tcc::runtime

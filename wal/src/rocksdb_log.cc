@@ -402,6 +402,11 @@ absl::Status RocksDbLog::Impl::Open() {
   options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
   options.keep_log_file_num = 3;
   options.max_background_jobs = 2;
+  // Memtables of 32 MiB (RocksDB's default is 64): what a backlog's records
+  // leave in memory after it drained is bounded by one of them, and the
+  // records reach table files sooner (they are kept there, retention
+  // decides when they go).
+  options.write_buffer_size = 32 << 20;
   auto insert_hints = std::make_shared<InsertHintPrefix>();
   options.memtable_insert_with_hint_prefix_extractor = insert_hints;
   // Whole-key Bloom filters in the memtable and the tables: the writer

@@ -1495,6 +1495,7 @@ absl::Status ApplyRecord(Txn& t, const wal::Record& record) {
     for (const auto& b : reg->branches) {
       BranchRuntime br;
       br.spec = b;
+      br.payload_size = static_cast<uint32_t>(b.payload.size());
       t.branches.push_back(std::move(br));
     }
     return absl::OkStatus();
@@ -1507,6 +1508,7 @@ absl::Status ApplyRecord(Txn& t, const wal::Record& record) {
     }
     BranchRuntime br;
     br.spec = add->branch;
+    br.payload_size = static_cast<uint32_t>(add->branch.payload.size());
     t.branches.push_back(std::move(br));
     return absl::OkStatus();
   }

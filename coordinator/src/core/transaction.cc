@@ -27,7 +27,7 @@ BranchView MakeBranchView(const BranchRuntime& br) {
   v.try_phase = ToView(br.try_phase);
   v.second_phase = ToView(br.second_phase);
   v.stuck = br.stuck;
-  v.payload_size = static_cast<uint32_t>(br.spec.payload.size());
+  v.payload_size = br.payload_size;
   return v;
 }
 

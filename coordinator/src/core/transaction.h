@@ -77,6 +77,12 @@ struct SubmitSpec {
   bool approval_gate = false;
   int64_t approval_timeout_ms = 0;  // 0: Options::default_approval_timeout_ms
   WaitFor wait_for = WaitFor::kFinished;
+  // Delivery options, not content (like wait_for): how long the caller
+  // waits for its answer (its gRPC deadline), from when the request reached
+  // tccd; 0: no limit. The driver refuses a request it cannot answer in
+  // time because of the work queued ahead of it (RESOURCE_EXHAUSTED,
+  // nothing written). The core ignores it.
+  int64_t answer_within_ms = 0;
 };
 
 // Opens an interactive transaction (tcc.v1.BeginRequest).
@@ -87,6 +93,7 @@ struct BeginSpec {
   int64_t timeout_ms = 0;  // OPEN deadline = try-deadline; 0: default
   bool approval_gate = false;
   int64_t approval_timeout_ms = 0;
+  int64_t answer_within_ms = 0;  // as SubmitSpec::answer_within_ms
 };
 
 // One phase of one branch. Durable fields mirror wal::PhaseUpdate.
@@ -108,7 +115,11 @@ enum class BranchOp : uint8_t {
 };
 
 struct BranchRuntime {
+  // spec.payload may be empty while the driver keeps it only in the WAL
+  // (memory pressure, never while OPEN: a Commit hashes the payloads); the
+  // driver reads it back before it sends a call. payload_size stays.
   BranchSpec spec;
+  uint32_t payload_size = 0;
   PhaseProgress try_phase;
   PhaseProgress second_phase;  // Confirm or Cancel, per the decision
   bool stuck = false;

@@ -43,8 +43,9 @@ class CoordinatorBackend {
 
   virtual void Submit(core::SubmitSpec spec, AnswerDone done) = 0;
   virtual void Begin(core::BeginSpec spec, AnswerDone done) = 0;
-  virtual void Try(std::string gid, core::BranchSpec branch,
-                   AnswerDone done) = 0;
+  // answer_within_ms: as core::SubmitSpec::answer_within_ms.
+  virtual void Try(std::string gid, core::BranchSpec branch, AnswerDone done,
+                   int64_t answer_within_ms) = 0;
   virtual void Commit(std::string gid, std::vector<std::string> expected_ids,
                       core::WaitFor wait_for, AnswerDone done) = 0;
   virtual void Rollback(std::string gid, core::WaitFor wait_for,

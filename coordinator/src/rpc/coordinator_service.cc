@@ -14,6 +14,21 @@
 namespace tcc::rpc {
 namespace {
 
+// How long the caller still waits (its deadline) in ms, 0 when it set none
+// (or one further than a day off, which is as good as none).
+int64_t AnswerWithinMs(const grpc::CallbackServerContext* ctx,
+                       const std::function<int64_t()>& now_ms) {
+  if (!now_ms) return 0;
+  const auto deadline = ctx->deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return 0;
+  const int64_t at = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         deadline.time_since_epoch())
+                         .count();
+  const int64_t left = at - now_ms();
+  if (left > 24LL * 3600 * 1000) return 0;
+  return std::max<int64_t>(1, left);
+}
+
 grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx,
                                  const absl::Status& status) {
   auto* reactor = ctx->DefaultReactor();
@@ -141,7 +156,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Submit(
     }
   }
   auto* reactor = ctx->DefaultReactor();
-  backend_.Submit(FromProto(*request),
+  core::SubmitSpec spec = FromProto(*request);
+  spec.answer_within_ms = AnswerWithinMs(ctx, options_.now_ms);
+  backend_.Submit(std::move(spec),
                   FinishWith(reactor, [response](const TxnAnswer& a) {
                     ToProto(a.view, response->mutable_transaction());
                     response->set_duplicate(a.duplicate);
@@ -160,7 +177,9 @@ grpc::ServerUnaryReactor* CoordinatorService::Begin(
     return Refuse(ctx, s);
   }
   auto* reactor = ctx->DefaultReactor();
-  backend_.Begin(FromProto(*request),
+  core::BeginSpec spec = FromProto(*request);
+  spec.answer_within_ms = AnswerWithinMs(ctx, options_.now_ms);
+  backend_.Begin(std::move(spec),
                  FinishWith(reactor, [response](const TxnAnswer& a) {
                    ToProto(a.view, response->mutable_transaction());
                    response->set_duplicate(a.duplicate);
@@ -183,15 +202,18 @@ grpc::ServerUnaryReactor* CoordinatorService::Try(
     return Refuse(ctx, s);
   }
   auto* reactor = ctx->DefaultReactor();
-  backend_.Try(request->gid(), FromProto(request->branch()),
-               FinishWith(reactor, [response](const TxnAnswer& a) {
-                 if (a.branch >= 0 &&
-                     a.branch < static_cast<int>(a.view.branches.size())) {
-                   ToProto(a.view.branches[a.branch],
-                           response->mutable_branch());
-                 }
-                 response->set_duplicate(a.duplicate);
-               }));
+  backend_.Try(
+      request->gid(), FromProto(request->branch()),
+      FinishWith(reactor,
+                 [response](const TxnAnswer& a) {
+                   if (a.branch >= 0 &&
+                       a.branch < static_cast<int>(a.view.branches.size())) {
+                     ToProto(a.view.branches[a.branch],
+                             response->mutable_branch());
+                   }
+                   response->set_duplicate(a.duplicate);
+                 }),
+      AnswerWithinMs(ctx, options_.now_ms));
   return reactor;
 }
 

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/memory_budget.h"
 #include "tcc/failpoint/failpoint.h"
 
 namespace tcc::runtime {
@@ -27,6 +28,69 @@ bool IsTransient(absl::StatusCode code) {
          code == absl::StatusCode::kResourceExhausted ||
          code == absl::StatusCode::kAborted;
 }
+
+// What the memory budget counts for a transaction held in memory: its
+// strings (payloads included, while held) and a fixed overhead per object.
+int64_t TxnBytes(const core::Txn& t) {
+  constexpr int64_t kTxn = 2048;     // Owner, Txn, their maps
+  constexpr int64_t kBranch = 384;   // BranchRuntime
+  constexpr int64_t kPending = 128;  // a PendingPersist or a Waiter
+  int64_t n =
+      kTxn + static_cast<int64_t>(t.gid.size() + t.decision_reason.size() +
+                                  t.held_reason.size());
+  for (const auto& br : t.branches) {
+    n += kBranch +
+         static_cast<int64_t>(
+             br.spec.branch_id.size() + br.spec.participant.size() +
+             br.spec.action.size() + br.spec.payload.size() +
+             br.try_phase.last_error.size() +
+             br.second_phase.last_error.size() + br.stuck_reason.size());
+  }
+  n += kPending * static_cast<int64_t>(t.pending.size() + t.waiters.size());
+  return n;
+}
+
+int64_t BranchBytes(const wal::BranchSpec& b) {
+  return 384 + static_cast<int64_t>(b.branch_id.size() + b.participant.size() +
+                                    b.action.size() + b.payload.size());
+}
+
+// Records on their way to the WAL (or queued by the recovery scan).
+int64_t RecordBytes(const std::vector<wal::Record>& records) {
+  int64_t n = 0;
+  for (const auto& r : records) {
+    n += 128;
+    if (const auto* reg = std::get_if<wal::Registered>(&r)) {
+      for (const auto& b : reg->branches) n += BranchBytes(b);
+    } else if (const auto* add = std::get_if<wal::BranchAdded>(&r)) {
+      n += BranchBytes(add->branch);
+    }
+  }
+  return n;
+}
+
+// What a new transaction (or branch) asks of the memory budget before it is
+// admitted: the owner with its payloads, the registration on its way to the
+// WAL, and the request's own copies until it is applied.
+int64_t AdmissionBytes(const std::vector<const wal::BranchSpec*>& branches) {
+  int64_t n = 4096;
+  for (const auto* b : branches) n += 3 * BranchBytes(*b);
+  return n;
+}
+
+// An exponentially weighted moving average of a duration (us), updated from
+// any thread (a lost update only makes it a little less smooth).
+class Ewma {
+ public:
+  void Add(int64_t sample_us) {
+    const int64_t old = v_.load(std::memory_order_relaxed);
+    v_.store(old + (sample_us - old) / 8, std::memory_order_relaxed);
+  }
+  int64_t us() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> v_{0};
+};
 
 core::TransactionView SummaryView(const wal::TxnSummary& s) {
   core::TransactionView v;
@@ -54,6 +118,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         observer_(observer != nullptr ? observer : &no_observer_),
         timeouts_(options_.timeouts, 256, 20, options_.timeout_overrides),
         breakers_(options_.breaker),
+        budget_(std::make_shared<MemoryBudget>(options_.max_in_flight_bytes)),
         rng_(options_.rng_seed) {
     for (Executor* e : shards) shards_.push_back(Shard{e, {}, {}});
     if (!options_.uniform01) {
@@ -86,6 +151,11 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     bool recovery_place = false;
     // Its branches flagged STUCK, as last counted into Impl::stuck_.
     int stuck = 0;
+    // What it holds as last charged to the memory budget (TxnBytes).
+    int64_t charged = 0;
+    // Its payloads are in the WAL only (memory pressure); read back before
+    // a call needs them (RestorePayloads).
+    bool payloads_in_wal = false;
     // The WAL refused an append for want of room (RESOURCE_EXHAUSTED: its
     // queue was full, nothing was written). The core fail-stops the owner
     // as for any failed append; once dropped it is loaded again from the
@@ -141,15 +211,45 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
 
   // A request: loads the gid's owner (creating an empty one when `creates`),
   // then steps the event made for its request id.
+  // `answer_within_ms` > 0: the caller waits that long (see Driver::Submit);
+  // a request that the recent queueing says cannot be answered in time is
+  // refused at once, one whose time ran out while it waited for its shard
+  // when it reaches it.
   void Request(std::string gid, bool creates,
-               std::function<Event(RequestId)> make, ReplyDone done) {
+               std::function<Event(RequestId)> make, ReplyDone done,
+               int64_t answer_within_ms = 0) {
+    const int64_t arrived = clock_.MonotonicMs();
+    if (answer_within_ms > 0 && answer_within_ms * 1000 < ExpectedWaitUs()) {
+      return done(absl::ResourceExhaustedError(absl::StrCat(
+          "tccd cannot answer within ", answer_within_ms,
+          " ms: the work queued ahead takes about ", ExpectedWaitUs() / 1000,
+          " ms; nothing was written, retry later (same gid)")));
+    }
     OnShard(
         gid,
-        [gid, creates, make = std::move(make), done = std::move(done)](
-            Impl& self, size_t s) mutable {
+        [gid, creates, arrived, answer_within_ms, make = std::move(make),
+         done = std::move(done)](Impl& self, size_t s) mutable {
+          const int64_t waited = self.clock_.MonotonicMs() - arrived;
+          self.shard_wait_.Add(waited * 1000);
+          if (answer_within_ms > 0 && waited * 1000 + self.wal_durable_.us() >
+                                          answer_within_ms * 1000) {
+            return done(absl::ResourceExhaustedError(
+                absl::StrCat("waited ", waited,
+                             " ms for its turn in tccd; it could not be "
+                             "answered within ",
+                             answer_within_ms,
+                             " ms; nothing was "
+                             "written, retry later (same gid)")));
+          }
           self.OnRequest(s, gid, creates, make, std::move(done));
         },
         /*here=*/true);
+  }
+
+  // The recent wait of a request for its shard plus that of a durable WAL
+  // append: about how long the work queued ahead delays an answer.
+  int64_t ExpectedWaitUs() const {
+    return shard_wait_.us() + wal_durable_.us();
   }
 
   void Get(std::string gid, ReplyDone done) {
@@ -222,6 +322,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   uint64_t epoch() const { return epoch_; }
   bool halted() const { return halted_; }
   int64_t stuck() const { return stuck_.load(); }
+  int64_t memory_bytes() const { return budget_->used(); }
   BreakerState breaker(const std::string& p) const {
     return breakers_.State(p);
   }
@@ -285,6 +386,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
     Owner* o = owner.get();
     CountStuck(*o);
+    Recharge(*o);
     shards_[s].owners[gid] = std::move(owner);
     if (!wal::IsFinal(o->txn.state)) {
       o->loading = true;
@@ -319,15 +421,17 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         if (recovery_stopping_) {
           return absl::CancelledError("the driver is stopping");
         }
+        const int64_t bytes = RecordBytes(t.records);
+        budget_->Charge(bytes);
+        recovery_queue_bytes_ += bytes;
         recovery_queue_.push_back(std::move(t));
-        full = recovery_queue_.size() >= max_queued;
+        full = QueueFull(max_queued);
       }
       if (++n % 256 == 0 || full) ResumeFromScan();
       if (full && scan_may_wait) {
         std::unique_lock<std::mutex> lock(recovery_mu_);
-        recovery_room_.wait(lock, [&] {
-          return recovery_stopping_ || recovery_queue_.size() < max_queued;
-        });
+        recovery_room_.wait(
+            lock, [&] { return recovery_stopping_ || !QueueFull(max_queued); });
       }
       return absl::OkStatus();
     });
@@ -350,6 +454,15 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     ResumeFromScan();
   }
 
+  // Whether the scan's queue is full: by count, or by bytes (a quarter of
+  // the memory budget). REQUIRES: recovery_mu_ is held.
+  bool QueueFull(size_t max_queued) const {
+    return recovery_queue_.size() >= max_queued ||
+           (budget_->limit() != 0 &&
+            recovery_queue_bytes_ >=
+                static_cast<int64_t>(budget_->limit() / 4));
+  }
+
   // Resumes scanned transactions while the recovery window has room.
   void ResumeFromScan() {
     std::vector<std::shared_ptr<wal::TxnLog>> next;
@@ -357,6 +470,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       std::lock_guard<std::mutex> lock(recovery_mu_);
       while (recovery_active_ < std::max<size_t>(1, options_.recovery_window) &&
              !recovery_queue_.empty()) {
+        const int64_t bytes = RecordBytes(recovery_queue_.front().records);
+        budget_->Charge(-bytes);
+        recovery_queue_bytes_ -= bytes;
         next.push_back(
             std::make_shared<wal::TxnLog>(std::move(recovery_queue_.front())));
         recovery_queue_.pop_front();
@@ -485,6 +601,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     const RequestId rid = next_request_++;
     Event event = make(rid);
     if (absl::Status st = Admissible(event); !st.ok()) return done(st);
+    if (absl::Status st = FitsMemory(event); !st.ok()) return done(st);
     wal::TxnSummary compact;
     const wal::TxnSummary* summary = nullptr;
     absl::StatusOr<Owner*> o = Load(s, gid, &compact, &summary);
@@ -571,6 +688,78 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     return absl::OkStatus();
   }
 
+  // A new transaction, or an interactive Try's branch, must fit the memory
+  // budget (DriverOptions::max_in_flight_bytes).
+  absl::Status FitsMemory(const Event& event) const {
+    std::vector<const wal::BranchSpec*> branches;
+    if (const auto* e = std::get_if<core::SubmitEvent>(&event)) {
+      for (const auto& b : e->spec.branches) branches.push_back(&b);
+    } else if (const auto* e = std::get_if<core::TryEvent>(&event)) {
+      branches.push_back(&e->branch);
+    } else if (!std::holds_alternative<core::BeginEvent>(event)) {
+      return absl::OkStatus();
+    }
+    const int64_t need = AdmissionBytes(branches);
+    if (budget_->Admits(static_cast<uint64_t>(need))) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tccd holds ", budget_->used() >> 20,
+                     " MiB of transaction state "
+                     "(limits.max_in_flight_bytes ",
+                     budget_->limit() >> 20,
+                     " MiB); this "
+                     "one needs about ",
+                     need >> 10,
+                     " KiB more: nothing was written, "
+                     "retry later (same gid)"));
+  }
+
+  // Brings the memory budget up to date with what the owner holds, after
+  // keeping its payloads in the WAL only when the budget is pressed (never
+  // while OPEN, when a Commit hashes them, nor before the records holding
+  // them are durable).
+  void Recharge(Owner& o) {
+    const auto adding = [](const core::PendingPersist& p) {
+      return p.purpose == core::PersistPurpose::kBranchAdded;
+    };
+    if (budget_->Pressured() && !o.payloads_in_wal &&
+        o.txn.state != wal::TxnState::kOpen && o.txn.registered_durable &&
+        std::none_of(o.txn.pending.begin(), o.txn.pending.end(), adding)) {
+      int64_t payload = 0;
+      for (const auto& br : o.txn.branches) payload += br.spec.payload.size();
+      if (payload >= 1024) {
+        for (auto& br : o.txn.branches) {
+          std::string().swap(br.spec.payload);
+        }
+        o.payloads_in_wal = true;
+      }
+    }
+    const int64_t n = TxnBytes(o.txn);
+    budget_->Charge(n - o.charged);
+    o.charged = n;
+  }
+
+  // Reads the payloads back from the WAL (Recharge kept them there).
+  absl::Status RestorePayloads(const std::string& gid, Owner& o) {
+    absl::StatusOr<wal::TxnLog> read = log_.Read(gid);
+    if (!read.ok()) return read.status();
+    auto restore = [&](const wal::BranchSpec& b) {
+      const int i = core::FindBranch(o.txn, b.branch_id);
+      if (i >= 0) o.txn.branches[i].spec.payload = b.payload;
+    };
+    for (const auto& rec : read->records) {
+      if (const auto* reg = std::get_if<wal::Registered>(&rec)) {
+        for (const auto& b : reg->branches) restore(b);
+      } else if (const auto* add = std::get_if<wal::BranchAdded>(&rec)) {
+        restore(add->branch);
+      }
+    }
+    o.payloads_in_wal = false;
+    const int64_t n = TxnBytes(o.txn);
+    budget_->Charge(n - o.charged);
+    o.charged = n;
+    return absl::OkStatus();
+  }
+
   // Steps one event for `gid` and runs its effects.
   absl::Status Apply(size_t s, const std::string& gid, const Event& event) {
     Owner* o = Find(s, gid);
@@ -620,6 +809,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
     if (!r.effects.empty()) observer_->OnStepped(gid, o->txn);
     CountStuck(*o);
+    Recharge(*o);
     MaybeReleaseRecoveryPlace(*o);
     MaybeEvict(s, gid);
     return absl::OkStatus();
@@ -659,6 +849,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
     if (o->reload_when_dropped) ScheduleReload(gid);
     stuck_ -= o->stuck;
+    budget_->Charge(-o->charged);
     // Callers still waiting on a dropped owner learn it.
     auto callers = std::move(o->callers);
     shards_[s].owners.erase(gid);
@@ -695,12 +886,17 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                   std::vector<PersistSeq> seqs) {
     std::weak_ptr<Impl> weak = weak_from_this();
     const bool durable = p.durability == wal::Durability::kDurable;
+    // The records are memory until the WAL has them.
+    const int64_t bytes = RecordBytes(p.records);
+    budget_->Charge(bytes);
     wal::AppendRequest req{gid, std::move(p.records), p.durability};
     o.unwritten->fetch_add(1);
+    const int64_t start = clock_.MonotonicMs();
     log_.Append(
-        std::move(req),
-        [weak, gid, durable, seqs = std::move(seqs), unwritten = o.unwritten,
-         evict_wanted = o.evict_wanted](absl::Status st) {
+        std::move(req), [weak, gid, durable, seqs = std::move(seqs),
+                         unwritten = o.unwritten, evict_wanted = o.evict_wanted,
+                         budget = budget_, bytes, start](absl::Status st) {
+          budget->Charge(-bytes);
           const bool last = unwritten->fetch_sub(1) == 1;
           // A buffered write that succeeded changes nothing for the core: no
           // task (and no thread hand-off) for it, unless the owner only waited
@@ -715,6 +911,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
           }
           auto self = weak.lock();
           if (!self) return;
+          if (durable && st.ok()) {
+            self->wal_durable_.Add((self->clock_.MonotonicMs() - start) * 1000);
+          }
           self->OnShard(
               gid,
               [gid, seqs, st, unwritten](Impl& me, size_t sh) {
@@ -868,6 +1067,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
           return;
         }
         me.SendCallNow(sh, gid, *ow, c);
+        me.Recharge(*ow);  // it may have read its payloads back
       });
     };
     switch (
@@ -891,8 +1091,67 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
+  // Calls waiting for room in the memory budget (SendCallNow), oldest first.
+  // Each holds no payload: it is read back when the call goes.
+  struct MemoryWaiter {
+    std::string gid;
+    core::CallEffect call;
+  };
+
+  // Sends the next call waiting for memory (all of them when no call is in
+  // flight, which guarantees progress).
+  void ReleaseMemoryWaiters() {
+    std::vector<MemoryWaiter> go;
+    {
+      std::lock_guard<std::mutex> lock(memory_mu_);
+      const size_t n =
+          calls_in_flight_.load() == 0 ? memory_waiters_.size() : size_t{1};
+      for (size_t i = 0; i < n && !memory_waiters_.empty(); ++i) {
+        go.push_back(std::move(memory_waiters_.front()));
+        memory_waiters_.pop_front();
+      }
+    }
+    for (MemoryWaiter& w : go) {
+      OnShard(w.gid, [w](Impl& me, size_t sh) {
+        Owner* ow = me.Find(sh, w.gid);
+        if (ow == nullptr || !StillCalling(ow->txn, w.call)) {
+          me.ReleaseMemoryWaiters();  // its turn goes to the next
+          return;
+        }
+        me.SendCallNow(sh, w.gid, *ow, w.call);
+        me.Recharge(*ow);
+      });
+    }
+  }
+
   void SendCallNow(size_t /*s*/, const std::string& gid, Owner& o,
                    const core::CallEffect& c) {
+    // What the call holds until it is answered (the transport's copy of
+    // the payload): it waits while that would not fit the budget, unless
+    // nothing is in flight whose answer would make room.
+    const core::BranchRuntime& target = o.txn.branches[c.branch];
+    const int64_t bytes = 512 + static_cast<int64_t>(target.payload_size) +
+                          static_cast<int64_t>(gid.size());
+    if (!budget_->Admits(static_cast<uint64_t>(bytes)) &&
+        calls_in_flight_.load() > 0) {
+      std::lock_guard<std::mutex> lock(memory_mu_);
+      memory_waiters_.push_back(MemoryWaiter{gid, c});
+      return;
+    }
+    if (o.payloads_in_wal) {
+      if (absl::Status st = RestorePayloads(gid, o); !st.ok()) {
+        // Not sent: it is retried like any call that failed.
+        core::CallReplyEvent e;
+        e.branch = c.branch;
+        e.phase = c.phase;
+        e.attempt = c.attempt;
+        e.status = absl::UnavailableError(
+            absl::StrCat("the payload could not be read back from the WAL: ",
+                         st.ToString()));
+        OnShard(gid, [gid, e](Impl& me, size_t sh) { me.Feed(sh, gid, e); });
+        return;
+      }
+    }
     const wal::BranchSpec& spec = o.txn.branches[c.branch].spec;
     const std::string participant = spec.participant;
     const CallKind kind = KindOf(c.phase);
@@ -910,10 +1169,23 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     call.try_deadline_ms = c.try_deadline_ms;
     const int64_t start = clock_.MonotonicMs();
     std::weak_ptr<Impl> weak = weak_from_this();
+    budget_->Charge(bytes);
+    calls_in_flight_.fetch_add(1);
     transport_.Call(
         call, timeout,
-        [weak, gid, c, participant, kind,
-         start](absl::StatusOr<BranchAnswer> a) {
+        [weak, gid, c, participant, kind, start, bytes, budget = budget_,
+         answered = std::make_shared<std::atomic<bool>>(false)](
+            absl::StatusOr<BranchAnswer> a) {
+          // A simulated transport may answer twice (a duplicated reply).
+          const bool first = !answered->exchange(true);
+          auto self = weak.lock();
+          if (first) {
+            budget->Charge(-bytes);
+            if (self) {
+              self->calls_in_flight_.fetch_sub(1);
+              self->ReleaseMemoryWaiters();
+            }
+          }
           // Recovery drills: `driver.drop_try_reply=error` loses every Try's
           // answer (the Try ran; tccd never learns how), as if tccd had
           // crashed with the Try in flight. Off unless TCC_FAILPOINTS names
@@ -922,7 +1194,6 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
               !failpoint::Eval("driver.drop_try_reply").ok()) {
             return;
           }
-          auto self = weak.lock();
           if (!self) return;
           self->OnShard(
               gid,
@@ -1017,6 +1288,13 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   DriverObserver* observer_;
   AdaptiveTimeouts timeouts_;
   CircuitBreakers breakers_;
+  // Shared with WAL completions, which may run after the driver went.
+  std::shared_ptr<MemoryBudget> budget_;
+  Ewma shard_wait_;   // a request's wait for its shard
+  Ewma wal_durable_;  // a durable append's wait for the WAL
+  std::atomic<int64_t> calls_in_flight_{0};  // sent, not yet answered
+  std::mutex memory_mu_;
+  std::deque<MemoryWaiter> memory_waiters_;  // guarded by memory_mu_
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
   std::vector<Shard> shards_;
@@ -1026,6 +1304,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   std::condition_variable recovery_room_;
   bool recovery_stopping_ = false;
   std::deque<wal::TxnLog> recovery_queue_;
+  int64_t recovery_queue_bytes_ = 0;  // RecordBytes of recovery_queue_
   size_t recovery_active_ = 0;
   size_t recovery_posted_ = 0;  // resumptions posted and not yet run
   bool recovery_scanning_ = false;
@@ -1052,36 +1331,41 @@ void Driver::StopRecovery() { impl_->StopRecovery(); }
 
 absl::Status Driver::Start() { return impl_->Start(); }
 
+// Each `make` below runs once (HandleRequest), so it gives its request away
+// instead of copying the payloads.
 void Driver::Submit(core::SubmitSpec spec, ReplyDone done) {
   std::string gid = spec.gid;
+  const int64_t within = spec.answer_within_ms;
   auto shared = std::make_shared<core::SubmitSpec>(std::move(spec));
   Impl* impl = impl_.get();
   impl_->Request(
       gid, true,
       [shared, impl](RequestId rid) -> Event {
-        return core::SubmitEvent{rid, *shared, impl->epoch()};
+        return core::SubmitEvent{rid, std::move(*shared), impl->epoch()};
       },
-      std::move(done));
+      std::move(done), within);
 }
 
 void Driver::Begin(core::BeginSpec spec, ReplyDone done) {
   std::string gid = spec.gid;
+  const int64_t within = spec.answer_within_ms;
   Impl* impl = impl_.get();
   impl_->Request(
       gid, true,
-      [spec = std::move(spec), impl](RequestId rid) -> Event {
-        return core::BeginEvent{rid, spec, impl->epoch()};
+      [spec = std::move(spec), impl](RequestId rid) mutable -> Event {
+        return core::BeginEvent{rid, std::move(spec), impl->epoch()};
       },
-      std::move(done));
+      std::move(done), within);
 }
 
-void Driver::Try(std::string gid, wal::BranchSpec branch, ReplyDone done) {
+void Driver::Try(std::string gid, wal::BranchSpec branch, ReplyDone done,
+                 int64_t answer_within_ms) {
   impl_->Request(
       std::move(gid), false,
-      [branch = std::move(branch)](RequestId rid) -> Event {
-        return core::TryEvent{rid, branch};
+      [branch = std::move(branch)](RequestId rid) mutable -> Event {
+        return core::TryEvent{rid, std::move(branch)};
       },
-      std::move(done));
+      std::move(done), answer_within_ms);
 }
 
 void Driver::Commit(std::string gid, std::vector<std::string> ids,
@@ -1150,5 +1434,7 @@ BreakerState Driver::breaker_state(const std::string& participant) const {
 }
 
 int64_t Driver::stuck_branches() const { return impl_->stuck(); }
+
+int64_t Driver::memory_bytes() const { return impl_->memory_bytes(); }
 
 }  // namespace tcc::runtime

@@ -119,6 +119,14 @@ struct DriverOptions {
   // the scan pauses while max(1024, 4 x recovery_window) scanned
   // transactions wait to resume, so memory stays bounded.
   Executor* scan_executor = nullptr;
+  // The byte budget of transaction state in memory (memory_budget.h):
+  // payloads, records on their way to the WAL, scanned transactions waiting
+  // to resume. A new transaction (Submit, Begin, an interactive Try's new
+  // branch) that does not fit is RESOURCE_EXHAUSTED, nothing written. Above
+  // half of it, transactions that are not OPEN keep their payloads in the
+  // WAL only (read back before a call needs them), and the recovery scan
+  // pauses while what it queued takes a quarter. 0: no limit.
+  uint64_t max_in_flight_bytes = 512ull << 20;
 };
 
 class Driver {
@@ -139,9 +147,17 @@ class Driver {
   // Submit and Begin refuse (FAILED_PRECONDITION) a created_at older than the
   // WAL's deduplication horizon (DESIGN.md section 3), and INVALID_ARGUMENT a
   // branch naming a participant that is not configured.
+  //
+  // Submit, Begin and Try are also refused RESOURCE_EXHAUSTED, before
+  // anything is written, when they do not fit the memory budget
+  // (max_in_flight_bytes), or when the caller's answer_within_ms cannot be
+  // met because of the work queued ahead of them (the recent wait for a
+  // shard and for a durable WAL append; shed at once rather than written
+  // and answered too late).
   void Submit(core::SubmitSpec spec, ReplyDone done);
   void Begin(core::BeginSpec spec, ReplyDone done);
-  void Try(std::string gid, wal::BranchSpec branch, ReplyDone done);
+  void Try(std::string gid, wal::BranchSpec branch, ReplyDone done,
+           int64_t answer_within_ms = 0);
   void Commit(std::string gid, std::vector<std::string> expected_branch_ids,
               core::WaitFor wait_for, ReplyDone done);
   void Rollback(std::string gid, core::WaitFor wait_for, ReplyDone done);
@@ -170,6 +186,8 @@ class Driver {
   // it falls when a branch succeeds, is resolved by hand, or its
   // transaction leaves memory).
   int64_t stuck_branches() const;
+  // Bytes of transaction state held, as the memory budget counts them.
+  int64_t memory_bytes() const;
 
   class Impl;
 

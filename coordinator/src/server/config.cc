@@ -377,6 +377,8 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
     r.Integer("max_request_bytes", &c.limits.max_request_bytes, 1024,
               256LL * 1024 * 1024);
     r.Integer("max_in_flight", &c.limits.max_in_flight, 1, 100000000);
+    r.Integer("max_in_flight_bytes", &c.limits.max_in_flight_bytes, 1ull << 20,
+              1ull << 40);
     r.Integer("recovery_window", &c.limits.recovery_window, 1, 100000000);
     r.Integer("max_watch_streams", &c.limits.max_watch_streams, 0, 1000000);
     // The WAL serves at most 1,000 per page (internal::ValidateListQuery).

@@ -121,6 +121,8 @@ struct LimitsConfig {
   uint64_t max_payload_bytes = 64 * 1024;    // one branch
   uint64_t max_request_bytes = 1024 * 1024;  // one gRPC message
   uint64_t max_in_flight = 100000;           // unfinished transactions
+  // Bytes of transaction state in memory (runtime::MemoryBudget).
+  uint64_t max_in_flight_bytes = 512ull << 20;
   // Transactions found unfinished at start that are resumed and undecided
   // at once (the rest wait their turn; requests may load any at any time).
   uint32_t recovery_window = 4096;

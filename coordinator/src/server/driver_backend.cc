@@ -208,9 +208,10 @@ void DriverBackend::Begin(core::BeginSpec spec, rpc::AnswerDone done) {
 }
 
 void DriverBackend::Try(std::string gid, core::BranchSpec branch,
-                        rpc::AnswerDone done) {
+                        rpc::AnswerDone done, int64_t answer_within_ms) {
   TCC_REFUSE_WHILE_STOPPING(done);
-  driver_->Try(std::move(gid), std::move(branch), Track(std::move(done)));
+  driver_->Try(std::move(gid), std::move(branch), Track(std::move(done)),
+               answer_within_ms);
 }
 
 void DriverBackend::Commit(std::string gid,

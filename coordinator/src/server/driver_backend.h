@@ -50,8 +50,8 @@ class DriverBackend final : public rpc::CoordinatorBackend,
   // rpc::CoordinatorBackend
   void Submit(core::SubmitSpec spec, rpc::AnswerDone done) override;
   void Begin(core::BeginSpec spec, rpc::AnswerDone done) override;
-  void Try(std::string gid, core::BranchSpec branch,
-           rpc::AnswerDone done) override;
+  void Try(std::string gid, core::BranchSpec branch, rpc::AnswerDone done,
+           int64_t answer_within_ms) override;
   void Commit(std::string gid, std::vector<std::string> expected_ids,
               core::WaitFor wait_for, rpc::AnswerDone done) override;
   void Rollback(std::string gid, core::WaitFor wait_for,

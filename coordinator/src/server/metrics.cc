@@ -90,6 +90,11 @@ CoordinatorMetrics::CoordinatorMetrics(
                  .Name("tccd_stuck_branches")
                  .Help("Branches flagged STUCK")
                  .Register(*registry_)),
+      memory_(BuildGauge()
+                  .Name("tccd_transaction_memory_bytes")
+                  .Help("Bytes of transaction state held in memory, as "
+                        "limits.max_in_flight_bytes counts them")
+                  .Register(*registry_)),
       in_flight_(BuildGauge()
                      .Name("tccd_in_flight_transactions")
                      .Help("Unfinished transactions by state")
@@ -208,6 +213,10 @@ void CoordinatorMetrics::Lookup(const std::string& answer) {
 
 void CoordinatorMetrics::SetStuckBranches(int64_t n) {
   stuck_.Add({}).Set(static_cast<double>(n));
+}
+
+void CoordinatorMetrics::SetMemoryBytes(int64_t n) {
+  memory_.Add({}).Set(static_cast<double>(n));
 }
 
 void CoordinatorMetrics::SetInFlight(const std::string& state, int64_t n) {

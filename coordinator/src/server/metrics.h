@@ -71,6 +71,8 @@ class CoordinatorMetrics {
   // A reverse lookup's answer (barrier state, or "error").
   void Lookup(const std::string& answer);
   void SetStuckBranches(int64_t n);
+  // Bytes of transaction state held in memory (the driver's budget).
+  void SetMemoryBytes(int64_t n);
   void SetInFlight(const std::string& state, int64_t n);
   void WalSync(double latency_seconds, int64_t group_size);
   // The WAL's own counters (wal::LogStats), copied periodically: fsyncs and
@@ -101,6 +103,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Histogram>& unknown_age_;
   prometheus::Family<prometheus::Counter>& lookups_;
   prometheus::Family<prometheus::Gauge>& stuck_;
+  prometheus::Family<prometheus::Gauge>& memory_;
   prometheus::Family<prometheus::Gauge>& in_flight_;
   prometheus::Family<prometheus::Histogram>& wal_sync_;
   prometheus::Family<prometheus::Histogram>& wal_group_;

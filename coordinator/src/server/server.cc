@@ -1,6 +1,7 @@
 #include "server/server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
@@ -63,6 +64,8 @@ class Server::Impl {
  private:
   void ScheduleRetention();
   void ScheduleWalStats();
+  void ReturnFreedMemory(int64_t memory_bytes);
+  int64_t peak_memory_bytes_ = 0;  // since the last trim (timer thread)
 };
 
 namespace {
@@ -110,6 +113,7 @@ runtime::DriverOptions DriverOptionsFrom(const Config& c) {
   o.breaker.failure_threshold = c.circuit_breaker.failure_threshold;
   o.breaker.open_ms = c.circuit_breaker.open_ms;
   o.recovery_window = c.limits.recovery_window;
+  o.max_in_flight_bytes = c.limits.max_in_flight_bytes;
   // Per participant and phase: the config's bounds (each participant's
   // default bounds come from participant_defaults).
   for (const auto& [name, p] : c.participants) {
@@ -326,8 +330,21 @@ void Server::Impl::ScheduleWalStats() {
                                       calls.batch_fallbacks);
     backend_->ReconcileInFlight(stats.unfinished);
     metrics_->SetStuckBranches(driver_->stuck_branches());
+    const int64_t memory = driver_->memory_bytes();
+    metrics_->SetMemoryBytes(memory);
+    ReturnFreedMemory(memory);
     ScheduleWalStats();
   });
+}
+
+// After a backlog drains, the allocator keeps the pages it had: they go back
+// to the system once the transaction state has shrunk by 8 MiB since its
+// peak (glibc's malloc_trim walks every arena; it takes a few ms).
+void Server::Impl::ReturnFreedMemory(int64_t memory_bytes) {
+  peak_memory_bytes_ = std::max(peak_memory_bytes_, memory_bytes);
+  if (peak_memory_bytes_ - memory_bytes < (8 << 20)) return;
+  malloc_trim(0);
+  peak_memory_bytes_ = memory_bytes;
 }
 
 void Server::Impl::ScheduleRetention() {
