@@ -1291,4 +1291,25 @@ TEST_CASE("a request that cannot be answered in time is shed unwritten") {
   CHECK(ok->value().ok());
 }
 
+TEST_CASE("the try-deadline fires on the monotonic clock after a set-back") {
+  Harness h(2);
+  // p1 never answers: its Try stays unknown until the deadline decides.
+  h.transport.faults("p1").lose_request = 1.0;
+  core::SubmitSpec spec = h.Spec("jump", 2, core::WaitFor::kAccepted);
+  spec.try_timeout_ms = 3000;
+  Result r = h.Submit(std::move(spec));
+  REQUIRE(h.Wait(r));
+  REQUIRE(r->value().ok());
+  // The wall clock is set back two minutes; 3.5 s pass on the monotonic
+  // clock: Cancel is decided (a late Try is then refused by the barrier),
+  // instead of holding the reservation until the wall clock catches up.
+  h.clock.JumpWall(-120'000);
+  h.Run([] { return false; }, 3500);
+  CHECK(h.StoredState("jump") != TxnState::kTrying);
+  h.transport.faults("p1").lose_request = 0;
+  REQUIRE(h.Run([&] { return wal::IsFinal(h.StoredState("jump")); }));
+  CHECK(h.StoredState("jump") == TxnState::kCancelled);
+  h.CheckInvariants();
+}
+
 }  // namespace tcc::runtime
