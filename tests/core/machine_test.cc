@@ -574,6 +574,42 @@ TEST_CASE("phase 2 never gives up; FAILED_PRECONDITION flags STUCK",
   CHECK(All<ScheduleRetryEffect>(fx).at(0).slowest);
 }
 
+TEST_CASE("participant errors are read as DESIGN 5 says", "[machine]") {
+  // Definite refusals: nothing ran. On a Try the branch failed (Cancel), on
+  // a Confirm or Cancel it is STUCK; an alert either way. Every other code
+  // leaves the outcome unknown: asked again, never taken as failed.
+  for (absl::StatusCode code : {absl::StatusCode::kFailedPrecondition,
+                                absl::StatusCode::kInvalidArgument}) {
+    INFO(absl::StatusCodeToString(code));
+    Txn t;
+    auto fx = Run(t, Submit({Branch("a"), Branch("b")}));
+    fx = Run(t, Fail(LastCall(fx, 0), absl::Status(code, "refused")));
+    CHECK(t.branches[0].try_phase.state == PhaseState::kFailed);
+    CHECK(t.decision == Decision::kCancel);
+    int alerts = 0;
+    for (const auto& sig : All<SignalEffect>(fx)) {
+      alerts += sig.kind == SignalKind::kAlert;
+    }
+    CHECK(alerts == 1);
+    fx = Run(t, Fail(LastCall(fx, 1), absl::Status(code, "refused")));
+    CHECK(t.branches[1].stuck);
+  }
+  for (absl::StatusCode code :
+       {absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded,
+        absl::StatusCode::kResourceExhausted, absl::StatusCode::kAborted,
+        absl::StatusCode::kInternal, absl::StatusCode::kUnknown,
+        absl::StatusCode::kCancelled, absl::StatusCode::kNotFound,
+        absl::StatusCode::kDataLoss, absl::StatusCode::kUnimplemented}) {
+    INFO(absl::StatusCodeToString(code));
+    Txn t;
+    auto fx = Run(t, Submit({Branch("a"), Branch("b")}));
+    fx = Run(t, Fail(LastCall(fx, 0), absl::Status(code, "?")));
+    CHECK(t.branches[0].try_phase.state == PhaseState::kUnknown);
+    CHECK(t.decision == Decision::kNone);
+    CHECK(All<ScheduleRetryEffect>(fx).size() == 1);
+  }
+}
+
 TEST_CASE("Cancel answered CONFLICT: the branch is done, with an alert",
           "[machine]") {
   Txn t;

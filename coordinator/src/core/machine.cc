@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/admission.h"
+#include "core/participant_status.h"
 #include "tcc/identity/content_hash.h"
 #include "tcc/identity/ids.h"
 
@@ -71,35 +73,6 @@ std::string BarrierName(BarrierState b) {
       return "CANCELLED";
   }
   return "?";
-}
-
-absl::Status ValidateBranch(const BranchSpec& b, const Options& o) {
-  if (auto s = identity::ValidateBranchId(b.branch_id); !s.ok()) return s;
-  if (auto s = identity::ValidateParticipantName(b.participant); !s.ok()) {
-    return s;
-  }
-  if (auto s = identity::ValidateAction(b.action); !s.ok()) return s;
-  if (b.payload.size() > o.max_payload_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("branch ", b.branch_id, " payload is ", b.payload.size(),
-                     " bytes; at most ", o.max_payload_bytes, " allowed"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ValidateTimeouts(int64_t try_timeout, int64_t approval_timeout,
-                              const Options& o) {
-  if (try_timeout < 0 || try_timeout > o.max_try_timeout_ms) {
-    return absl::InvalidArgumentError(absl::StrCat("try timeout ", try_timeout,
-                                                   " ms is outside [0, ",
-                                                   o.max_try_timeout_ms, "]"));
-  }
-  if (approval_timeout < 0 || approval_timeout > o.max_approval_timeout_ms) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("approval timeout ", approval_timeout,
-                     " ms is outside [0, ", o.max_approval_timeout_ms, "]"));
-  }
-  return absl::OkStatus();
 }
 
 Hash HashOfBranch(uint64_t revision, const BranchSpec& b) {
@@ -722,31 +695,13 @@ absl::Status Stepper::On(const SubmitEvent& e) {
     AddWaiter(Waiter{e.request, WaiterKind::kSubmit, s.wait_for, 0, true, 0});
     return absl::OkStatus();
   }
-  if (auto st = identity::ValidateGid(s.gid); !st.ok()) return st;
-  if (auto st = ValidateTimeouts(s.try_timeout_ms, s.approval_timeout_ms, o_);
-      !st.ok()) {
-    return st;
-  }
-  if (s.branches.empty() || s.branches.size() > o_.max_branches) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a transaction has 1 to ", o_.max_branches,
-                     " branches; got ", s.branches.size()));
-  }
-  for (const auto& b : s.branches) {
-    if (auto st = ValidateBranch(b, o_); !st.ok()) return st;
-  }
+  if (auto st = ValidateSubmit(s, o_); !st.ok()) return st;
   wal::Registered reg;
   reg.branches = s.branches;
   std::sort(reg.branches.begin(), reg.branches.end(),
             [](const BranchSpec& a, const BranchSpec& b) {
               return a.branch_id < b.branch_id;
             });
-  for (size_t i = 1; i < reg.branches.size(); ++i) {
-    if (reg.branches[i].branch_id == reg.branches[i - 1].branch_id) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("branch id ", reg.branches[i].branch_id, " repeated"));
-    }
-  }
   for (auto& b : reg.branches) b.branch_hash = HashOfBranch(s.revision, b);
   reg.gid = s.gid;
   reg.created_at_ms = s.created_at_ms;
@@ -780,11 +735,7 @@ absl::Status Stepper::On(const BeginEvent& e) {
         Waiter{e.request, WaiterKind::kBegin, WaitFor::kAccepted, 0, true, 0});
     return absl::OkStatus();
   }
-  if (auto st = identity::ValidateGid(s.gid); !st.ok()) return st;
-  if (auto st = ValidateTimeouts(s.timeout_ms, s.approval_timeout_ms, o_);
-      !st.ok()) {
-    return st;
-  }
+  if (auto st = ValidateBegin(s, o_); !st.ok()) return st;
   wal::Registered reg;
   reg.gid = s.gid;
   reg.created_at_ms = s.created_at_ms;
@@ -989,9 +940,14 @@ void Stepper::OnTryReply(const CallReplyEvent& e) {
                absl::StrCat("not sent: ", StatusText(e.status)));
     return;
   }
-  if (e.status.code() == absl::StatusCode::kFailedPrecondition) {
+  if (IsDefiniteRefusal(e.status.code())) {
+    // DESIGN.md section 5: nothing ran; the branch failed (an alert: the
+    // participant saw a protocol violation or could not read the call).
     Signal(SignalKind::kAlert, bi,
            absl::StrCat("Try answered ", StatusText(e.status)));
+    ResolveTry(e.branch, PhaseState::kFailed, Outcome::kNone,
+               StatusText(e.status));
+    return;
   }
   TryStillUnknown(e.branch, StatusText(e.status));
 }
@@ -1039,7 +995,7 @@ void Stepper::OnPhase2Reply(const CallReplyEvent& e) {
     Signal(SignalKind::kAlert, bi, error);
   } else {
     error = StatusText(e.status);
-    if (e.status.code() == absl::StatusCode::kFailedPrecondition) {
+    if (IsDefiniteRefusal(e.status.code())) {
       Flag(e.branch, absl::StrCat(PhaseName(e.phase), " answered ", error));
       Signal(SignalKind::kAlert, bi, error);
     } else {

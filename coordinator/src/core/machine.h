@@ -70,7 +70,8 @@
 //
 // Branch Try phase (per branch):
 //   NOT_SENT --durable--> UNKNOWN (call in flight)
-//   UNKNOWN --EXECUTED--> SUCCEEDED; --REJECTED/HANGING_REFUSED/CONFLICT-->
+//   UNKNOWN --EXECUTED--> SUCCEEDED; --REJECTED/HANGING_REFUSED/CONFLICT, or a
+//   definite refusal (FAILED_PRECONDITION, INVALID_ARGUMENT; alert)-->
 //   FAILED UNKNOWN --transient error/timeout--> UNKNOWN, backoff, then Query:
 //     TRIED(same hash) -> SUCCEEDED; TRY_REJECTED, TRIED(other hash),
 //     CANCELLED_BEFORE_TRY -> FAILED; authoritative NOT_FOUND -> re-send Try
@@ -88,9 +89,10 @@
 // durable; Confirm EXECUTED, Cancel EXECUTED / EMPTY_ROLLBACK / CONFLICT (with
 // an alert)
 // -> SUCCEEDED. Anything else is retried forever with backoff; after
-// `stuck_after_failures` failures, or on FAILED_PRECONDITION, the branch is
-// flagged STUCK (alert) and retried at the slowest rate. All SUCCEEDED ->
-// CONFIRMED / CANCELLED (Finished record, buffered).
+// `stuck_after_failures` failures, or on a definite refusal
+// (FAILED_PRECONDITION or INVALID_ARGUMENT, core/participant_status.h), the
+// branch is flagged STUCK (alert) and retried at the slowest rate. All
+// SUCCEEDED -> CONFIRMED / CANCELLED (Finished record, buffered).
 //
 // Recovery: replay each record with ReplayEvent (no effects), then one
 // ResumeEvent with the new owner epoch: unresolved Trys are queried, phase 2

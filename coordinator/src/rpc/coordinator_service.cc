@@ -52,83 +52,10 @@ CoordinatorService::CoordinatorService(CoordinatorBackend& backend,
                                        CoordinatorServiceOptions options)
     : backend_(backend), options_(std::move(options)) {}
 
-absl::Status CoordinatorService::CheckParticipant(
-    const std::string& name) const {
-  if (options_.participant_known && options_.participant_known(name)) {
-    return absl::OkStatus();
-  }
-  if (name.find(':') != std::string::npos) {
-    if (!options_.allow_direct_targets) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "participant '", name,
-          "' is an address; only configured participant names are allowed "
-          "(allow_direct_targets is off)"));
-    }
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown participant '", name,
-                   "'; name one configured under participants:"));
-}
-
-absl::Status CoordinatorService::CheckCreatedAt(int64_t created_at_ms) const {
-  if (created_at_ms <= 0) {
-    return absl::InvalidArgumentError(
-        "created_at_ms is required: the client's wall-clock time of its first "
-        "attempt (Unix ms)");
-  }
-  // A created_at ahead of this clock by more than the allowed skew is a
-  // broken client clock: accepted, it would one day move the deduplication
-  // horizon (section 9) past every honest client's created_at.
-  if (options_.now_ms &&
-      created_at_ms - options_.now_ms() > options_.max_clock_skew_ms) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "created_at_ms ", created_at_ms, " is more than ",
-        options_.max_clock_skew_ms,
-        " ms ahead of tccd's clock (transactions.max_clock_skew_ms): check "
-        "the client's clock"));
-  }
-  const int64_t horizon =
-      options_.dedup_horizon_ms ? options_.dedup_horizon_ms() : 0;
-  if (created_at_ms < horizon) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "created_at_ms ", created_at_ms,
-        " is older than the deduplication horizon ", horizon,
-        ": tccd can no longer tell a retry from a new request; use a new gid "
-        "and a fresh created_at"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CoordinatorService::CheckWaitFor(int wait_for) {
   if (!tcc::v1::WaitFor_IsValid(wait_for)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown wait_for ", wait_for));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CoordinatorService::CheckNewTransaction(
-    const std::string& gid, int64_t created_at_ms, bool approval_gate,
-    uint32_t approval_timeout_ms, const char* timeout_name,
-    uint32_t timeout_ms) const {
-  if (absl::Status s = identity::ValidateGid(gid); !s.ok()) return s;
-  if (absl::Status s = CheckCreatedAt(created_at_ms); !s.ok()) return s;
-  if (approval_gate && !options_.approval_gate_enabled) {
-    return absl::FailedPreconditionError(
-        "the approval gate needs an admin credential configured "
-        "(admin.token_file or admin.client_identities): nobody could "
-        "approve");
-  }
-  if (timeout_ms > options_.max_try_timeout_ms) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(timeout_name, " ", timeout_ms, " is over the limit ",
-                     options_.max_try_timeout_ms));
-  }
-  if (approval_timeout_ms > options_.max_approval_timeout_ms) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("approval_timeout_ms is over the limit ",
-                     options_.max_approval_timeout_ms));
   }
   return absl::OkStatus();
 }
@@ -139,21 +66,6 @@ grpc::ServerUnaryReactor* CoordinatorService::Submit(
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
   if (absl::Status s = CheckWaitFor(request->wait_for()); !s.ok()) {
     return Refuse(ctx, s);
-  }
-  if (absl::Status s = CheckNewTransaction(
-          request->gid(), request->created_at_ms(), request->approval_gate(),
-          request->approval_timeout_ms(), "try_timeout_ms",
-          request->try_timeout_ms());
-      !s.ok()) {
-    return Refuse(ctx, s);
-  }
-  if (request->branches_size() == 0) {
-    return Refuse(ctx, absl::InvalidArgumentError("no branches"));
-  }
-  for (const auto& b : request->branches()) {
-    if (absl::Status s = CheckParticipant(b.participant()); !s.ok()) {
-      return Refuse(ctx, s);
-    }
   }
   auto* reactor = ctx->DefaultReactor();
   core::SubmitSpec spec = FromProto(*request);
@@ -170,12 +82,6 @@ grpc::ServerUnaryReactor* CoordinatorService::Begin(
     grpc::CallbackServerContext* ctx, const tcc::v1::BeginRequest* request,
     tcc::v1::BeginResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
-  if (absl::Status s = CheckNewTransaction(
-          request->gid(), request->created_at_ms(), request->approval_gate(),
-          request->approval_timeout_ms(), "timeout_ms", request->timeout_ms());
-      !s.ok()) {
-    return Refuse(ctx, s);
-  }
   auto* reactor = ctx->DefaultReactor();
   core::BeginSpec spec = FromProto(*request);
   spec.answer_within_ms = AnswerWithinMs(ctx, options_.now_ms);
@@ -191,15 +97,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Try(
     grpc::CallbackServerContext* ctx, const tcc::v1::TryRequest* request,
     tcc::v1::TryResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
-  if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
-    return Refuse(ctx, s);
-  }
   if (!request->has_branch()) {
     return Refuse(ctx, absl::InvalidArgumentError("branch is required"));
-  }
-  if (absl::Status s = CheckParticipant(request->branch().participant());
-      !s.ok()) {
-    return Refuse(ctx, s);
   }
   auto* reactor = ctx->DefaultReactor();
   backend_.Try(

@@ -16,19 +16,4 @@ absl::Status FromGrpc(const grpc::Status& status) {
                       status.error_message());
 }
 
-bool IsTransient(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kDeadlineExceeded:
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kAborted:
-    case absl::StatusCode::kUnknown:
-    case absl::StatusCode::kCancelled:
-    case absl::StatusCode::kInternal:
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace tcc::rpc

@@ -13,10 +13,7 @@ namespace tcc::rpc {
 grpc::Status ToGrpc(const absl::Status& status);
 absl::Status FromGrpc(const grpc::Status& status);
 
-// True for the codes whose outcome is unknown and may be retried
-// (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, ABORTED), and for
-// UNKNOWN, CANCELLED and INTERNAL from the transport, which say just as little
-// about whether the peer acted (DESIGN.md section 5).
-bool IsTransient(absl::StatusCode code);
+// What a participant's error means is core::IsDefiniteRefusal's business
+// (core/participant_status.h), not the mapping's.
 
 }  // namespace tcc::rpc

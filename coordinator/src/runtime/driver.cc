@@ -11,7 +11,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/admission.h"
 #include "runtime/memory_budget.h"
+#include "runtime/participant_calls.h"
+#include "runtime/recovery.h"
 #include "tcc/failpoint/failpoint.h"
 
 namespace tcc::runtime {
@@ -21,62 +24,6 @@ using core::Event;
 using core::RequestId;
 
 namespace {
-
-bool IsTransient(absl::StatusCode code) {
-  return code == absl::StatusCode::kUnavailable ||
-         code == absl::StatusCode::kDeadlineExceeded ||
-         code == absl::StatusCode::kResourceExhausted ||
-         code == absl::StatusCode::kAborted;
-}
-
-// What the memory budget counts for a transaction held in memory: its
-// strings (payloads included, while held) and a fixed overhead per object.
-int64_t TxnBytes(const core::Txn& t) {
-  constexpr int64_t kTxn = 2048;     // Owner, Txn, their maps
-  constexpr int64_t kBranch = 384;   // BranchRuntime
-  constexpr int64_t kPending = 128;  // a PendingPersist or a Waiter
-  int64_t n =
-      kTxn + static_cast<int64_t>(t.gid.size() + t.decision_reason.size() +
-                                  t.held_reason.size());
-  for (const auto& br : t.branches) {
-    n += kBranch +
-         static_cast<int64_t>(
-             br.spec.branch_id.size() + br.spec.participant.size() +
-             br.spec.action.size() + br.spec.payload.size() +
-             br.try_phase.last_error.size() +
-             br.second_phase.last_error.size() + br.stuck_reason.size());
-  }
-  n += kPending * static_cast<int64_t>(t.pending.size() + t.waiters.size());
-  return n;
-}
-
-int64_t BranchBytes(const wal::BranchSpec& b) {
-  return 384 + static_cast<int64_t>(b.branch_id.size() + b.participant.size() +
-                                    b.action.size() + b.payload.size());
-}
-
-// Records on their way to the WAL (or queued by the recovery scan).
-int64_t RecordBytes(const std::vector<wal::Record>& records) {
-  int64_t n = 0;
-  for (const auto& r : records) {
-    n += 128;
-    if (const auto* reg = std::get_if<wal::Registered>(&r)) {
-      for (const auto& b : reg->branches) n += BranchBytes(b);
-    } else if (const auto* add = std::get_if<wal::BranchAdded>(&r)) {
-      n += BranchBytes(add->branch);
-    }
-  }
-  return n;
-}
-
-// What a new transaction (or branch) asks of the memory budget before it is
-// admitted: the owner with its payloads, the registration on its way to the
-// WAL, and the request's own copies until it is applied.
-int64_t AdmissionBytes(const std::vector<const wal::BranchSpec*>& branches) {
-  int64_t n = 4096;
-  for (const auto* b : branches) n += 3 * BranchBytes(*b);
-  return n;
-}
 
 // An exponentially weighted moving average of a duration (us), updated from
 // any thread (a lost update only makes it a little less smooth).
@@ -116,8 +63,6 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         transport_(transport),
         log_(log),
         observer_(observer != nullptr ? observer : &no_observer_),
-        timeouts_(options_.timeouts, 256, 20, options_.timeout_overrides),
-        breakers_(options_.breaker),
         budget_(std::make_shared<MemoryBudget>(options_.max_in_flight_bytes)),
         rng_(options_.rng_seed) {
     for (Executor* e : shards) shards_.push_back(Shard{e, {}, {}});
@@ -127,6 +72,56 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
       };
     }
+  }
+
+  // The parts that call back into the driver (through a weak pointer: their
+  // callbacks may outlive it).
+  void Init() {
+    std::weak_ptr<Impl> weak = weak_from_this();
+    ParticipantCalls::Hooks hooks;
+    hooks.deliver = [weak](const std::string& gid, Event e) {
+      if (auto self = weak.lock()) {
+        self->OnShard(
+            gid,
+            [gid, e = std::move(e)](Impl& me, size_t sh) {
+              me.Feed(sh, gid, e);
+            },
+            /*here=*/true);
+      }
+    };
+    hooks.resume = [weak](const std::string& gid, const core::CallEffect& c,
+                          const std::string& participant, bool as_probe) {
+      if (auto self = weak.lock()) self->Resume(gid, c, participant, as_probe);
+    };
+    hooks.breaker_changed = [weak](const std::string& participant,
+                                   BreakerState st) {
+      if (auto self = weak.lock()) self->observer_->OnBreaker(participant, st);
+    };
+    calls_ = std::make_unique<ParticipantCalls>(
+        ParticipantCallsOptions{options_.timeouts, options_.timeout_overrides,
+                                options_.breaker},
+        clock_, transport_, budget_, std::move(hooks));
+
+    // On its own executor the scan waits for room in its queue; on a
+    // shard's it must not (that shard would never run the resumptions that
+    // make room).
+    bool may_wait = options_.scan_executor != nullptr;
+    for (const Shard& sh : shards_) {
+      if (sh.exec == options_.scan_executor) may_wait = false;
+    }
+    Recovery::Hooks rh;
+    rh.resume = [weak](std::shared_ptr<wal::TxnLog> t) {
+      if (auto self = weak.lock()) self->ResumeScanned(std::move(t));
+    };
+    rh.scanned = [weak](size_t n) {
+      if (auto self = weak.lock()) self->observer_->OnRecovered(n);
+    };
+    rh.failed = [weak](const absl::Status& st) {
+      if (auto self = weak.lock()) self->observer_->OnFatal(st);
+    };
+    recovery_ = std::make_unique<Recovery>(
+        log_, RecoveryOptions{options_.recovery_window, may_wait}, budget_,
+        std::move(rh));
   }
 
   struct Owner {
@@ -174,18 +169,14 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     auto epoch = log_.TakeOwnerEpoch();
     if (!epoch.ok()) return epoch.status();
     epoch_ = *epoch;
-    {
-      // From now on (requests may come before the scan starts) Load notes
-      // what it reads, for the queued resumptions to skip.
-      std::lock_guard<std::mutex> lock(recovery_mu_);
-      recovery_scanning_ = true;
-      recovery_pending_ = true;
-    }
+    // From now on (requests may come before the scan starts) Load notes
+    // what it reads, for the queued resumptions to skip.
+    recovery_->Begin();
     std::weak_ptr<Impl> weak = weak_from_this();
     Executor* scan = options_.scan_executor != nullptr ? options_.scan_executor
                                                        : shards_[0].exec;
     scan->Post([weak] {
-      if (auto self = weak.lock()) self->Scan();
+      if (auto self = weak.lock()) self->recovery_->Scan();
     });
     return absl::OkStatus();
   }
@@ -311,20 +302,14 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     });
   }
 
-  void StopRecovery() {
-    {
-      std::lock_guard<std::mutex> lock(recovery_mu_);
-      recovery_stopping_ = true;
-    }
-    recovery_room_.notify_all();
-  }
+  void StopRecovery() { recovery_->Stop(); }
 
   uint64_t epoch() const { return epoch_; }
   bool halted() const { return halted_; }
   int64_t stuck() const { return stuck_.load(); }
   int64_t memory_bytes() const { return budget_->used(); }
   BreakerState breaker(const std::string& p) const {
-    return breakers_.State(p);
+    return calls_->breaker_state(p);
   }
 
  private:
@@ -349,17 +334,17 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     // registers it first); once the snapshot is taken it cannot. Looked at
     // before the read: noting every new gid for the whole recovery would
     // grow without bound under load.
-    const bool before_snapshot = !recovery_snapshot_taken_.load();
+    const bool before_snapshot = !recovery_->SnapshotTaken();
     absl::StatusOr<wal::TxnLog> read = log_.Read(gid);
     if (read.status().code() == absl::StatusCode::kNotFound) {
-      if (before_snapshot) NoteLoadedDuringRecovery(gid);
+      if (before_snapshot) recovery_->NoteLoaded(gid);
       return static_cast<Owner*>(nullptr);
     }
     if (!read.ok()) {
       if (absl::IsDataLoss(read.status())) observer_->OnFatal(read.status());
       return read.status();
     }
-    NoteLoadedDuringRecovery(gid);
+    recovery_->NoteLoaded(gid);
     if (read->summary.compacted) {
       *compact = read->summary;
       *summary = compact;
@@ -398,117 +383,35 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     return o;
   }
 
-  // Streams the unfinished transactions into the recovery queue, resuming
-  // them (ResumeFromScan) while the scan goes on.
-  void Scan() {
-    size_t n = 0;
-    // On its own executor the scan waits while this many scanned
-    // transactions wait to resume: else it would hold every unfinished
-    // transaction of the WAL in memory at once, payloads included.
-    // Only on an executor of its own: a shard waiting here would never run
-    // the resumptions that make room.
-    bool scan_may_wait = options_.scan_executor != nullptr;
-    for (const Shard& sh : shards_) {
-      if (sh.exec == options_.scan_executor) scan_may_wait = false;
-    }
-    const size_t max_queued =
-        std::max<size_t>(1024, 4 * options_.recovery_window);
-    absl::Status st = log_.ScanUnfinished([&](wal::TxnLog t) {
-      recovery_snapshot_taken_.store(true);
-      bool full = false;
-      {
-        std::lock_guard<std::mutex> lock(recovery_mu_);
-        if (recovery_stopping_) {
-          return absl::CancelledError("the driver is stopping");
-        }
-        const int64_t bytes = RecordBytes(t.records);
-        budget_->Charge(bytes);
-        recovery_queue_bytes_ += bytes;
-        recovery_queue_.push_back(std::move(t));
-        full = QueueFull(max_queued);
+  // One transaction the recovery scan found, resumed on its shard while it
+  // holds a place of the recovery window.
+  void ResumeScanned(std::shared_ptr<wal::TxnLog> scanned) {
+    std::string gid = scanned->summary.gid;
+    OnShard(gid, [gid, scanned](Impl& self, size_t s) {
+      // Loaded from the WAL by a request since the scan: its owner (or, if
+      // it finished and went, the WAL) is newer than the scanned records.
+      const bool moot = self.recovery_->Moot(gid);
+      if (moot || self.Find(s, gid) != nullptr) {
+        self.recovery_->ReleasePlace();
+        return;
       }
-      if (++n % 256 == 0 || full) ResumeFromScan();
-      if (full && scan_may_wait) {
-        std::unique_lock<std::mutex> lock(recovery_mu_);
-        recovery_room_.wait(
-            lock, [&] { return recovery_stopping_ || !QueueFull(max_queued); });
+      absl::StatusOr<Owner*> o = self.Adopt(s, std::move(*scanned));
+      if (!o.ok()) {
+        // Its records do not replay (DATA_LOSS): it cannot be driven.
+        self.observer_->OnFatal(absl::Status(
+            o.status().code(),
+            absl::StrCat("recovery of gid ", gid, ": ", o.status().message())));
+        self.recovery_->ReleasePlace();
+        return;
       }
-      return absl::OkStatus();
+      Owner* owner = self.Find(s, gid);
+      if (owner != nullptr && HoldsRecoveryPlace(owner->txn)) {
+        owner->recovery_place = true;
+      } else {
+        self.recovery_->ReleasePlace();
+      }
+      self.MaybeEvict(s, gid);  // it may have finished
     });
-    recovery_snapshot_taken_.store(true);
-    {
-      std::lock_guard<std::mutex> lock(recovery_mu_);
-      recovery_scanning_ = false;
-      if (recovery_queue_.empty() && recovery_posted_ == 0) {
-        recovery_loaded_.clear();
-        recovery_pending_ = false;
-      }
-    }
-    if (!st.ok() && !absl::IsCancelled(st)) {
-      observer_->OnFatal(absl::Status(
-          st.code(), absl::StrCat("recovery scan failed after ", n,
-                                  " transactions: ", st.message())));
-    } else if (st.ok()) {
-      observer_->OnRecovered(n);
-    }
-    ResumeFromScan();
-  }
-
-  // Whether the scan's queue is full: by count, or by bytes (a quarter of
-  // the memory budget). REQUIRES: recovery_mu_ is held.
-  bool QueueFull(size_t max_queued) const {
-    return recovery_queue_.size() >= max_queued ||
-           (budget_->limit() != 0 &&
-            recovery_queue_bytes_ >=
-                static_cast<int64_t>(budget_->limit() / 4));
-  }
-
-  // Resumes scanned transactions while the recovery window has room.
-  void ResumeFromScan() {
-    std::vector<std::shared_ptr<wal::TxnLog>> next;
-    {
-      std::lock_guard<std::mutex> lock(recovery_mu_);
-      while (recovery_active_ < std::max<size_t>(1, options_.recovery_window) &&
-             !recovery_queue_.empty()) {
-        const int64_t bytes = RecordBytes(recovery_queue_.front().records);
-        budget_->Charge(-bytes);
-        recovery_queue_bytes_ -= bytes;
-        next.push_back(
-            std::make_shared<wal::TxnLog>(std::move(recovery_queue_.front())));
-        recovery_queue_.pop_front();
-        ++recovery_active_;
-        ++recovery_posted_;
-      }
-    }
-    if (!next.empty()) recovery_room_.notify_all();
-    for (auto& shared : next) {
-      std::string gid = shared->summary.gid;
-      OnShard(gid, [gid, shared](Impl& self, size_t s) {
-        // Loaded from the WAL by a request since the scan: its owner (or, if
-        // it finished and went, the WAL) is newer than the scanned records.
-        const bool loaded = self.LoadedDuringRecovery(gid);
-        if (loaded || self.Find(s, gid) != nullptr) {
-          self.ReleaseRecoveryPlace();
-          return;
-        }
-        absl::StatusOr<Owner*> o = self.Adopt(s, std::move(*shared));
-        if (!o.ok()) {
-          // Its records do not replay (DATA_LOSS): it cannot be driven.
-          self.observer_->OnFatal(absl::Status(
-              o.status().code(), absl::StrCat("recovery of gid ", gid, ": ",
-                                              o.status().message())));
-          self.ReleaseRecoveryPlace();
-          return;
-        }
-        Owner* owner = self.Find(s, gid);
-        if (owner != nullptr && HoldsRecoveryPlace(owner->txn)) {
-          owner->recovery_place = true;
-        } else {
-          self.ReleaseRecoveryPlace();
-        }
-        self.MaybeEvict(s, gid);  // it may have finished
-      });
-    }
   }
 
   // Loads `gid` from the WAL (resuming it) after 100-300 ms, unless
@@ -537,37 +440,6 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     });
   }
 
-  // Gids loaded through Load while scanned transactions wait to resume.
-  void NoteLoadedDuringRecovery(const std::string& gid) {
-    if (!recovery_pending_.load()) return;
-    std::lock_guard<std::mutex> lock(recovery_mu_);
-    if (recovery_scanning_ || !recovery_queue_.empty() ||
-        recovery_posted_ > 0) {
-      recovery_loaded_.insert(gid);
-    }
-  }
-  // For a queued resumption as it runs: whether a request loaded the gid
-  // since the scan. The last one to run forgets every gid noted.
-  bool LoadedDuringRecovery(const std::string& gid) {
-    std::lock_guard<std::mutex> lock(recovery_mu_);
-    --recovery_posted_;
-    const bool loaded = recovery_loaded_.count(gid) > 0;
-    if (!recovery_scanning_ && recovery_queue_.empty() &&
-        recovery_posted_ == 0) {
-      recovery_loaded_.clear();
-      recovery_pending_ = false;
-    }
-    return loaded;
-  }
-
-  void ReleaseRecoveryPlace() {
-    {
-      std::lock_guard<std::mutex> lock(recovery_mu_);
-      --recovery_active_;
-    }
-    ResumeFromScan();
-  }
-
   // Whether a resumed transaction still counts against the recovery window:
   // until its decision is durable. One waiting for an approval makes no
   // calls and may wait for hours (its approval deadline): it does not hold
@@ -584,7 +456,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   void MaybeReleaseRecoveryPlace(Owner& o) {
     if (!o.recovery_place || HoldsRecoveryPlace(o.txn)) return;
     o.recovery_place = false;
-    ReleaseRecoveryPlace();
+    recovery_->ReleasePlace();
   }
 
   void OnRequest(size_t s, const std::string& gid, bool creates,
@@ -653,37 +525,23 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
-  // Checks that need more than the core knows: the deduplication horizon and
-  // the configured participants.
+  // The admission rules (core/admission.h), with what the driver knows:
+  // the clock, the WAL's deduplication horizon, the configured participants.
   absl::Status Admissible(const Event& event) const {
-    std::optional<int64_t> created_at;
-    std::vector<const wal::BranchSpec*> branches;
+    core::AdmissionContext c;
+    c.now_ms = clock_.WallMs();
+    c.dedup_horizon_ms = log_.DedupHorizonMs();
+    c.max_clock_skew_ms = options_.max_clock_skew_ms;
+    c.participant_known = options_.participant_known;
+    c.approval_gate_enabled = options_.approval_gate_enabled;
     if (const auto* e = std::get_if<core::SubmitEvent>(&event)) {
-      created_at = e->spec.created_at_ms;
-      for (const auto& b : e->spec.branches) branches.push_back(&b);
-    } else if (const auto* e = std::get_if<core::BeginEvent>(&event)) {
-      created_at = e->spec.created_at_ms;
-    } else if (const auto* e = std::get_if<core::TryEvent>(&event)) {
-      branches.push_back(&e->branch);
+      return core::AdmitSubmit(e->spec, options_.core, c);
     }
-    if (created_at.has_value() && *created_at <= 0) {
-      return absl::InvalidArgumentError(
-          "created_at_ms is required (Unix ms, > 0)");
+    if (const auto* e = std::get_if<core::BeginEvent>(&event)) {
+      return core::AdmitBegin(e->spec, options_.core, c);
     }
-    if (created_at.has_value() && *created_at < log_.DedupHorizonMs()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "created_at ", *created_at,
-          " is older than the deduplication horizon ", log_.DedupHorizonMs(),
-          ": a retry could not be told from a new request; use a new gid"));
-    }
-    if (options_.participant_known) {
-      for (const auto* b : branches) {
-        if (!options_.participant_known(b->participant)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("branch ", b->branch_id, " names participant ",
-                           b->participant, ", which is not configured"));
-        }
-      }
+    if (const auto* e = std::get_if<core::TryEvent>(&event)) {
+      return core::AdmitBranch(e->branch, options_.core, c);
     }
     return absl::OkStatus();
   }
@@ -805,7 +663,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         RunPersist(gid, *o, *p, std::move(seqs));
         continue;
       }
-      Run(s, gid, *o, eff);
+      Run(gid, *o, eff);
     }
     if (!r.effects.empty()) observer_->OnStepped(gid, o->txn);
     CountStuck(*o);
@@ -845,7 +703,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     for (TimerId id : o->deadline_timers) clock_.Cancel(id);
     if (o->recovery_place) {
       o->recovery_place = false;
-      ReleaseRecoveryPlace();
+      recovery_->ReleasePlace();
     }
     if (o->reload_when_dropped) ScheduleReload(gid);
     stuck_ -= o->stuck;
@@ -940,7 +798,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         });
   }
 
-  void Run(size_t s, const std::string& gid, Owner& o, Effect& eff) {
+  void Run(const std::string& gid, Owner& o, Effect& eff) {
     observer_->OnEffect(gid, eff);
     std::weak_ptr<Impl> weak = weak_from_this();
     if (auto* p = std::get_if<core::PersistEffect>(&eff)) {
@@ -949,11 +807,14 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       return;
     }
     if (auto* c = std::get_if<core::CallEffect>(&eff)) {
-      SendCall(s, gid, o, *c);
+      SendCall(gid, o, *c, /*resumed=*/false, /*as_probe=*/false);
       return;
     }
     if (auto* q = std::get_if<core::QueryEffect>(&eff)) {
-      SendQuery(s, gid, o, *q);
+      const wal::BranchSpec& spec = o.txn.branches[q->branch].spec;
+      calls_->Query(
+          QueryCall{gid, o.txn.created_at_ms, spec.branch_id, spec.participant},
+          *q);
       return;
     }
     if (auto* r = std::get_if<core::ScheduleRetryEffect>(&eff)) {
@@ -1008,28 +869,6 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
-  void BreakerResult(const std::string& participant, bool reached,
-                     uint64_t rpc) {
-    bool changed = false;
-    auto release = breakers_.OnResult(participant, reached,
-                                      clock_.MonotonicMs(), &changed, rpc);
-    if (changed) {
-      const BreakerState st = breakers_.State(participant);
-      observer_->OnBreaker(participant, st);
-      if (st == BreakerState::kOpen) {
-        std::weak_ptr<Impl> weak = weak_from_this();
-        clock_.Schedule(breakers_.OpenMs(), [weak, participant] {
-          if (auto self = weak.lock()) {
-            auto probes = self->breakers_.ProbeDue(participant,
-                                                   self->clock_.MonotonicMs());
-            for (auto& f : probes) f();
-          }
-        });
-      }
-    }
-    for (auto& f : release) f();
-  }
-
   // Whether `c` is still the call its branch waits for.
   static bool StillCalling(const core::Txn& t, const core::CallEffect& c) {
     if (c.branch >= t.branches.size()) return false;
@@ -1041,243 +880,61 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
            phase.state != core::PhaseState::kSucceeded;
   }
 
-  void SendCall(size_t s, const std::string& gid, Owner& o,
-                const core::CallEffect& c) {
+  // A Try, Confirm or Cancel the core asked for: to participant_calls,
+  // which sends it now or later (breaker, memory), building it from the
+  // owner when it goes (its payload read back from the WAL if kept there).
+  void SendCall(const std::string& gid, Owner& o, const core::CallEffect& c,
+                bool resumed, bool as_probe) {
     // Recovery drills: `driver.before_try_send=error` keeps every Try in
     // this process (as if it had crashed right after the registration was
     // durable); `crash` kills it there. Off unless TCC_FAILPOINTS names it.
-    if (c.phase == wal::Phase::kTry &&
+    if (!resumed && c.phase == wal::Phase::kTry &&
         !failpoint::Eval("driver.before_try_send").ok()) {
       return;
     }
-    const std::string participant = o.txn.branches[c.branch].spec.participant;
-    const CallKind kind = KindOf(c.phase);
-    std::weak_ptr<Impl> weak = weak_from_this();
-    auto held = [weak, gid, c, participant](bool as_probe) {
-      auto self = weak.lock();
-      if (!self) return;
-      self->OnShard(gid, [gid, c, participant, as_probe](Impl& me, size_t sh) {
-        // Held while the breaker was open: the transaction may have gone,
-        // or moved on (a branch resolved by hand, a newer attempt).
-        Owner* ow = me.Find(sh, gid);
-        if (ow == nullptr || !StillCalling(ow->txn, c)) {
-          if (as_probe) {
-            for (auto& f : me.breakers_.ProbeAbandoned(participant)) f();
-          }
-          return;
+    const core::BranchRuntime& br = o.txn.branches[c.branch];
+    const std::string participant = br.spec.participant;
+    auto build = [&]() -> absl::StatusOr<BranchCall> {
+      if (o.payloads_in_wal) {
+        if (absl::Status st = RestorePayloads(gid, o); !st.ok()) {
+          return absl::UnavailableError(
+              absl::StrCat("the payload could not be read back from the WAL: ",
+                           st.ToString()));
         }
-        me.SendCallNow(sh, gid, *ow, c);
-        me.Recharge(*ow);  // it may have read its payloads back
-      });
+      }
+      BranchCall call;
+      call.gid = gid;
+      call.created_at_ms = o.txn.created_at_ms;
+      call.spec = &o.txn.branches[c.branch].spec;
+      call.phase = c.phase;
+      call.revision = o.txn.revision;
+      call.attempt = c.attempt;
+      call.owner_epoch = c.owner_epoch;
+      call.try_deadline_ms = c.try_deadline_ms;
+      return call;
     };
-    switch (
-        breakers_.Admission(participant, kind, clock_.MonotonicMs(), held)) {
-      case CircuitBreakers::Admit::kSend:
-        SendCallNow(s, gid, o, c);
-        return;
-      case CircuitBreakers::Admit::kHold:
-        return;
-      case CircuitBreakers::Admit::kFailFast: {
-        core::CallReplyEvent e;
-        e.branch = c.branch;
-        e.phase = c.phase;
-        e.attempt = c.attempt;
-        e.status = absl::UnavailableError(
-            absl::StrCat("circuit open for participant ", participant));
-        e.not_sent = true;
-        OnShard(gid, [gid, e](Impl& me, size_t sh) { me.Feed(sh, gid, e); });
-        return;
-      }
+    if (resumed) {
+      calls_->SendAdmitted(gid, participant, c, as_probe, br.payload_size,
+                           build);
+    } else {
+      calls_->Send(gid, participant, c, br.payload_size, build);
     }
   }
 
-  // Calls waiting for room in the memory budget (SendCallNow), oldest first.
-  // Each holds no payload: it is read back when the call goes.
-  struct MemoryWaiter {
-    std::string gid;
-    core::CallEffect call;
-  };
-
-  // Sends the next call waiting for memory (all of them when no call is in
-  // flight, which guarantees progress).
-  void ReleaseMemoryWaiters() {
-    std::vector<MemoryWaiter> go;
-    {
-      std::lock_guard<std::mutex> lock(memory_mu_);
-      const size_t n =
-          calls_in_flight_.load() == 0 ? memory_waiters_.size() : size_t{1};
-      for (size_t i = 0; i < n && !memory_waiters_.empty(); ++i) {
-        go.push_back(std::move(memory_waiters_.front()));
-        memory_waiters_.pop_front();
-      }
-    }
-    for (MemoryWaiter& w : go) {
-      OnShard(w.gid, [w](Impl& me, size_t sh) {
-        Owner* ow = me.Find(sh, w.gid);
-        if (ow == nullptr || !StillCalling(ow->txn, w.call)) {
-          me.ReleaseMemoryWaiters();  // its turn goes to the next
-          return;
-        }
-        me.SendCallNow(sh, w.gid, *ow, w.call);
-        me.Recharge(*ow);
-      });
-    }
-  }
-
-  void SendCallNow(size_t /*s*/, const std::string& gid, Owner& o,
-                   const core::CallEffect& c) {
-    // What the call holds until it is answered (the transport's copy of
-    // the payload): it waits while that would not fit the budget, unless
-    // nothing is in flight whose answer would make room.
-    const core::BranchRuntime& target = o.txn.branches[c.branch];
-    const int64_t bytes = 512 + static_cast<int64_t>(target.payload_size) +
-                          static_cast<int64_t>(gid.size());
-    if (!budget_->Admits(static_cast<uint64_t>(bytes)) &&
-        calls_in_flight_.load() > 0) {
-      std::lock_guard<std::mutex> lock(memory_mu_);
-      memory_waiters_.push_back(MemoryWaiter{gid, c});
-      return;
-    }
-    if (o.payloads_in_wal) {
-      if (absl::Status st = RestorePayloads(gid, o); !st.ok()) {
-        // Not sent: it is retried like any call that failed.
-        core::CallReplyEvent e;
-        e.branch = c.branch;
-        e.phase = c.phase;
-        e.attempt = c.attempt;
-        e.status = absl::UnavailableError(
-            absl::StrCat("the payload could not be read back from the WAL: ",
-                         st.ToString()));
-        OnShard(gid, [gid, e](Impl& me, size_t sh) { me.Feed(sh, gid, e); });
+  // A call that waited (the breaker, the memory budget) may go: if its
+  // branch still waits for it. Held calls outlive transactions: it may have
+  // gone, or moved on (a branch resolved by hand, a newer attempt).
+  void Resume(const std::string& gid, const core::CallEffect& c,
+              const std::string& participant, bool as_probe) {
+    OnShard(gid, [gid, c, participant, as_probe](Impl& me, size_t sh) {
+      Owner* ow = me.Find(sh, gid);
+      if (ow == nullptr || !StillCalling(ow->txn, c)) {
+        me.calls_->Abandon(participant, as_probe);
         return;
       }
-    }
-    const wal::BranchSpec& spec = o.txn.branches[c.branch].spec;
-    const std::string participant = spec.participant;
-    const CallKind kind = KindOf(c.phase);
-    int64_t timeout = timeouts_.TimeoutMs(participant, kind);
-    if (c.max_timeout_ms > 0) timeout = std::min(timeout, c.max_timeout_ms);
-    timeout = std::max<int64_t>(timeout, 1);
-    BranchCall call;
-    call.gid = gid;
-    call.created_at_ms = o.txn.created_at_ms;
-    call.spec = &spec;
-    call.phase = c.phase;
-    call.revision = o.txn.revision;
-    call.attempt = c.attempt;
-    call.owner_epoch = c.owner_epoch;
-    call.try_deadline_ms = c.try_deadline_ms;
-    const int64_t start = clock_.MonotonicMs();
-    std::weak_ptr<Impl> weak = weak_from_this();
-    budget_->Charge(bytes);
-    calls_in_flight_.fetch_add(1);
-    transport_.Call(
-        call, timeout,
-        [weak, gid, c, participant, kind, start, bytes, budget = budget_,
-         answered = std::make_shared<std::atomic<bool>>(false)](
-            absl::StatusOr<BranchAnswer> a) {
-          // A simulated transport may answer twice (a duplicated reply).
-          const bool first = !answered->exchange(true);
-          auto self = weak.lock();
-          if (first) {
-            budget->Charge(-bytes);
-            if (self) {
-              self->calls_in_flight_.fetch_sub(1);
-              self->ReleaseMemoryWaiters();
-            }
-          }
-          // Recovery drills: `driver.drop_try_reply=error` loses every Try's
-          // answer (the Try ran; tccd never learns how), as if tccd had
-          // crashed with the Try in flight. Off unless TCC_FAILPOINTS names
-          // it.
-          if (c.phase == wal::Phase::kTry &&
-              !failpoint::Eval("driver.drop_try_reply").ok()) {
-            return;
-          }
-          if (!self) return;
-          self->OnShard(
-              gid,
-              [gid, c, participant, kind, start, a = std::move(a)](Impl& me,
-                                                                   size_t sh) {
-                const bool reached = a.ok() || !IsTransient(a.status().code());
-                // A timed-out call took at least this long: counting it
-                // lets the timeout grow on a link that became slow and stays
-                // slow (else no call would answer in time to teach it).
-                if (a.ok() ||
-                    a.status().code() == absl::StatusCode::kDeadlineExceeded) {
-                  me.timeouts_.Observe(participant, kind,
-                                       me.clock_.MonotonicMs() - start);
-                }
-                me.BreakerResult(participant, reached,
-                                 a.ok() ? 0 : RpcOf(a.status()));
-                core::CallReplyEvent e;
-                e.branch = c.branch;
-                e.phase = c.phase;
-                e.attempt = c.attempt;
-                if (a.ok()) {
-                  e.status = absl::OkStatus();
-                  e.outcome = a->outcome;
-                  e.replayed = a->replayed;
-                  e.message = a->message;
-                } else {
-                  e.status = UntagRpc(a.status());
-                }
-                me.Feed(sh, gid, e);
-              },
-              /*here=*/true);
-        });
-  }
-
-  void SendQuery(size_t /*s*/, const std::string& gid, Owner& o,
-                 const core::QueryEffect& q) {
-    const wal::BranchSpec& spec = o.txn.branches[q.branch].spec;
-    const std::string participant = spec.participant;
-    core::QueryReplyEvent fail;
-    fail.branch = q.branch;
-    fail.query_id = q.query_id;
-    if (breakers_.Admission(participant, CallKind::kQuery, clock_.MonotonicMs(),
-                            nullptr) != CircuitBreakers::Admit::kSend) {
-      fail.status = absl::UnavailableError(
-          absl::StrCat("circuit open for participant ", participant));
-      OnShard(gid,
-              [gid, fail](Impl& me, size_t sh) { me.Feed(sh, gid, fail); });
-      return;
-    }
-    QueryCall call{gid, o.txn.created_at_ms, spec.branch_id, participant};
-    const int64_t timeout = std::max<int64_t>(
-        1, timeouts_.TimeoutMs(participant, CallKind::kQuery));
-    const int64_t start = clock_.MonotonicMs();
-    std::weak_ptr<Impl> weak = weak_from_this();
-    transport_.Query(
-        call, timeout,
-        [weak, gid, fail, participant, start](absl::StatusOr<QueryAnswer> a) {
-          auto self = weak.lock();
-          if (!self) return;
-          self->OnShard(
-              gid,
-              [gid, fail, participant, start, a = std::move(a)](Impl& me,
-                                                                size_t sh) {
-                const bool reached = a.ok() || !IsTransient(a.status().code());
-                if (a.ok() ||
-                    a.status().code() == absl::StatusCode::kDeadlineExceeded) {
-                  me.timeouts_.Observe(participant, CallKind::kQuery,
-                                       me.clock_.MonotonicMs() - start);
-                }
-                me.BreakerResult(participant, reached,
-                                 a.ok() ? 0 : RpcOf(a.status()));
-                core::QueryReplyEvent e = fail;
-                if (a.ok()) {
-                  e.status = absl::OkStatus();
-                  e.barrier = a->state;
-                  e.branch_hash = a->branch_hash;
-                  e.authoritative = a->authoritative;
-                } else {
-                  e.status = UntagRpc(a.status());
-                }
-                me.Feed(sh, gid, e);
-              },
-              /*here=*/true);
-        });
+      me.SendCall(gid, *ow, c, /*resumed=*/true, as_probe);
+      me.Recharge(*ow);  // it may have read its payloads back
+    });
   }
 
   DriverOptions options_;
@@ -1286,33 +943,15 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   wal::Log& log_;
   DriverObserver no_observer_;
   DriverObserver* observer_;
-  AdaptiveTimeouts timeouts_;
-  CircuitBreakers breakers_;
   // Shared with WAL completions, which may run after the driver went.
   std::shared_ptr<MemoryBudget> budget_;
-  Ewma shard_wait_;   // a request's wait for its shard
+  std::unique_ptr<ParticipantCalls> calls_;  // made by Init
+  std::unique_ptr<Recovery> recovery_;       // made by Init
+  Ewma shard_wait_;                          // a request's wait for its shard
   Ewma wal_durable_;  // a durable append's wait for the WAL
-  std::atomic<int64_t> calls_in_flight_{0};  // sent, not yet answered
-  std::mutex memory_mu_;
-  std::deque<MemoryWaiter> memory_waiters_;  // guarded by memory_mu_
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
   std::vector<Shard> shards_;
-  // Scanned transactions not resumed yet, and how many hold a place.
-  std::mutex recovery_mu_;
-  // The scan waits on it for room in recovery_queue_.
-  std::condition_variable recovery_room_;
-  bool recovery_stopping_ = false;
-  std::deque<wal::TxnLog> recovery_queue_;
-  int64_t recovery_queue_bytes_ = 0;  // RecordBytes of recovery_queue_
-  size_t recovery_active_ = 0;
-  size_t recovery_posted_ = 0;  // resumptions posted and not yet run
-  bool recovery_scanning_ = false;
-  // Resumptions queued or posted: Load notes the gids it reads.
-  std::atomic<bool> recovery_pending_{false};
-  // The scan has its snapshot: a gid the WAL lacks now is not in it.
-  std::atomic<bool> recovery_snapshot_taken_{false};
-  std::unordered_set<std::string> recovery_loaded_;
   std::atomic<uint64_t> epoch_{0};
   std::atomic<bool> halted_{false};
   std::atomic<int64_t> stuck_{0};  // the owners' Owner::stuck, summed
@@ -1323,7 +962,9 @@ Driver::Driver(DriverOptions options, std::vector<Executor*> shards,
                Clock& clock, ParticipantTransport& transport, wal::Log& log,
                DriverObserver* observer)
     : impl_(std::make_shared<Impl>(std::move(options), std::move(shards), clock,
-                                   transport, log, observer)) {}
+                                   transport, log, observer)) {
+  impl_->Init();
+}
 
 Driver::~Driver() { impl_->StopRecovery(); }
 

@@ -1,5 +1,13 @@
 // The driver: runs the pure core (core/machine.h) over an injected executor,
-// clock, participant transport and WAL (DESIGN.md sections 7 and 8).
+// clock, participant transport and WAL (DESIGN.md sections 7 and 8). It owns
+// the owners (one per gid, on its shard) and runs their effects; its other
+// concerns have rooms of their own, each given what it needs and nothing
+// that leads back here:
+//   recovery.h           the recovery scan, its window and the loaded set
+//   participant_calls.h  breaker admission, timeouts, the hand-off to the
+//                        transport and the one reply path
+//   memory_budget.h      the byte budget of what it holds
+//   core/admission.h     the admission rules it applies to new requests
 //
 // Promises:
 // - One in-memory owner per gid. Gids are spread over a fixed number of
@@ -104,6 +112,11 @@ struct DriverOptions {
   // Participant names a branch may use (DESIGN.md section 4: only configured
   // participants are called). Unset: any name.
   std::function<bool(const std::string&)> participant_known;
+  // The rest of the admission context (core/admission.h): how far ahead of
+  // the clock a created_at may be, and whether approvals can be issued (an
+  // admin credential is configured).
+  int64_t max_clock_skew_ms = 5 * 60 * 1000;
+  bool approval_gate_enabled = true;
   // At most this many transactions found by the recovery scan are resumed
   // and not yet durably decided at once; the next is resumed as a decision
   // (Confirm or Cancel) becomes durable: a decided one's phase 2 needs no
@@ -144,9 +157,10 @@ class Driver {
   // the shard executors). Requests may be made right after.
   [[nodiscard]] absl::Status Start();
 
-  // Submit and Begin refuse (FAILED_PRECONDITION) a created_at older than the
-  // WAL's deduplication horizon (DESIGN.md section 3), and INVALID_ARGUMENT a
-  // branch naming a participant that is not configured.
+  // Submit, Begin and Try refuse what the admission rules refuse
+  // (core/admission.h: ids, sizes, timeouts, created_at against the clock
+  // and the WAL's deduplication horizon, participants, the approval gate)
+  // before anything is written.
   //
   // Submit, Begin and Try are also refused RESOURCE_EXHAUSTED, before
   // anything is written, when they do not fit the memory budget

@@ -15,8 +15,25 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
+
+#include "core/transaction.h"
+#include "tcc/wal/records.h"
 
 namespace tcc::runtime {
+
+// What the budget counts (the estimates, one place):
+// a transaction held in memory: its strings (payloads included while held)
+// and a fixed overhead per object;
+int64_t TxnBytes(const core::Txn& t);
+// one branch as registered (ids and payload);
+int64_t BranchBytes(const wal::BranchSpec& b);
+// records on their way to the WAL, or queued by the recovery scan;
+int64_t RecordBytes(const std::vector<wal::Record>& records);
+// what a new transaction (or an interactive Try's branch) asks before it is
+// admitted: the owner with its payloads, the registration on its way to the
+// WAL, and the request's own copies until it is applied.
+int64_t AdmissionBytes(const std::vector<const wal::BranchSpec*>& branches);
 
 class MemoryBudget {
  public:

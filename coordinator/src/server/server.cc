@@ -129,8 +129,9 @@ runtime::DriverOptions DriverOptionsFrom(const Config& c) {
     o.timeout_overrides[{name, runtime::CallKind::kQuery}] =
         bounds(p.query_timeout);
   }
+  o.max_clock_skew_ms = c.transactions.max_clock_skew_ms;
   o.rng_seed = std::random_device{}();
-  // The service refuses unknown names first; the driver checks again.
+  // The one definition of a participant a branch may name.
   std::set<std::string> names;
   for (const auto& [name, p] : c.participants) names.insert(name);
   const bool direct = c.allow_direct_targets;
@@ -241,6 +242,8 @@ absl::Status Server::Impl::Start(const Config& config,
   scan_executor_ = std::make_unique<SerialExecutor>(scan_thread_->context());
   runtime::DriverOptions driver_options = DriverOptionsFrom(config);
   driver_options.scan_executor = scan_executor_.get();
+  // Nobody could approve a gated transaction without an admin credential.
+  driver_options.approval_gate_enabled = admin_auth_->configured();
   driver_ =
       std::make_unique<runtime::Driver>(driver_options, shard_ptrs, *clock_,
                                         *instrumented_, *log_, backend_.get());
@@ -249,22 +252,13 @@ absl::Status Server::Impl::Start(const Config& config,
   if (absl::Status s = driver_->Start(); !s.ok()) return s;
 
   rpc::CoordinatorServiceOptions svc;
-  svc.participant_known = [this](const std::string& name) {
-    return config_.participants.count(name) != 0;
-  };
-  svc.allow_direct_targets = config.allow_direct_targets;
   svc.now_ms = [this] { return clock_->WallMs(); };
-  svc.dedup_horizon_ms = [this] { return log_->DedupHorizonMs(); };
-  svc.max_try_timeout_ms = config.transactions.max_try_timeout_ms;
-  svc.max_approval_timeout_ms = config.transactions.max_approval_timeout_ms;
-  svc.max_clock_skew_ms = config.transactions.max_clock_skew_ms;
   svc.max_list_page = config.limits.max_list_page;
   svc.max_watch_streams = config.limits.max_watch_streams;
   rate_limiter_ = std::make_unique<rpc::RateLimiter>(
       config.limits.client_requests_per_s, config.limits.client_burst,
       [this] { return clock_->MonotonicMs(); });
   svc.rate_limiter = rate_limiter_.get();
-  svc.approval_gate_enabled = admin_auth_->configured();
   coordinator_service_ =
       std::make_unique<rpc::CoordinatorService>(*backend_, svc);
   rpc::AdminServiceOptions admin_options;
