@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include "fault_injection_fs.h"
 #include "log_test_util.h"
@@ -85,15 +86,19 @@ struct GatedLog {
 TEST_CASE("appends that wait together share one write and one sync") {
   GatedLog g;
   // Hold the writer inside a buffered append's completion callback while
-  // 100 appends queue up behind it.
+  // 100 appends queue up behind it. (An append into an idle log is written
+  // by the appending thread itself, so the first comes from a thread of its
+  // own: it is the writer while its callback holds.)
   SyncGate writer_gate;
   writer_gate.Arm();
-  g.log->Append(
-      Req("first", {MakeRegistered("first", 1)}, Durability::kBuffered),
-      [&](absl::Status s) {
-        CHECK(s.ok());
-        writer_gate.OnSync();
-      });
+  std::thread first([&] {
+    g.log->Append(
+        Req("first", {MakeRegistered("first", 1)}, Durability::kBuffered),
+        [&](absl::Status s) {
+          CHECK(s.ok());
+          writer_gate.OnSync();
+        });
+  });
   writer_gate.AwaitHeld();
   Completions done;
   for (int i = 0; i < 100; ++i) {
@@ -108,6 +113,7 @@ TEST_CASE("appends that wait together share one write and one sync") {
     CHECK(done.results.empty());
   }
   writer_gate.Release();
+  first.join();
   done.AwaitCount(100);
   for (const absl::Status& s : done.results) CHECK(s.ok());
   const LogStats stats = g.log->Stats();
@@ -142,17 +148,20 @@ TEST_CASE("while a sync is in flight, appends wait and then share one") {
 
 TEST_CASE("a full queue pushes back with RESOURCE_EXHAUSTED") {
   GatedLog g(/*max_queued=*/10);
-  // Hold the writer inside a buffered append's completion callback.
+  // Hold the writer inside a buffered append's completion callback (on a
+  // thread of its own: see the test above).
   SyncGate writer_gate;
   writer_gate.Arm();
   std::promise<void> first_done;
-  g.log->Append(
-      Req("first", {MakeRegistered("first", 1)}, Durability::kBuffered),
-      [&](absl::Status s) {
-        CHECK(s.ok());
-        writer_gate.OnSync();
-        first_done.set_value();
-      });
+  std::thread first([&] {
+    g.log->Append(
+        Req("first", {MakeRegistered("first", 1)}, Durability::kBuffered),
+        [&](absl::Status s) {
+          CHECK(s.ok());
+          writer_gate.OnSync();
+          first_done.set_value();
+        });
+  });
   writer_gate.AwaitHeld();
   int exhausted = 0;
   Completions done;
@@ -169,6 +178,7 @@ TEST_CASE("a full queue pushes back with RESOURCE_EXHAUSTED") {
   CHECK(exhausted == 20);
   writer_gate.Release();
   first_done.get_future().wait();
+  first.join();
   done.AwaitCount(10);
   for (const absl::Status& s : done.results) CHECK(s.ok());
   // The queue takes more again.

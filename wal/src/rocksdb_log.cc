@@ -343,6 +343,15 @@ class RocksDbLog::Impl {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<WorkItem> queue_;
+  // One writer at a time: the writer thread, or an appender that found the
+  // log idle and writes its own append (Enqueue). Guarded by mu_; whoever
+  // set it runs ProcessGroup and takes what queued meanwhile after.
+  bool writer_busy_ = false;
+  // The syncer has durable items in hand (guarded by mu_): an appender does
+  // not write inline then, since the write would wait for that sync's
+  // io_mu_ on the appender's thread.
+  bool sync_running_ = false;
+  std::vector<WorkItem> here_;  // the inline writer's group (writer only)
   bool stop_ = false;
   absl::Status failure_;
   std::thread writer_;
@@ -507,6 +516,8 @@ absl::Status RocksDbLog::Impl::Open() {
 
 void RocksDbLog::Impl::Enqueue(WorkItem item) {
   absl::Status refused;
+  bool write_here = false;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!failure_.ok()) {
@@ -517,8 +528,16 @@ void RocksDbLog::Impl::Enqueue(WorkItem item) {
                item.kind == WorkItem::Kind::kAppend) {
       refused = absl::ResourceExhaustedError(absl::StrCat(
           "WAL: ", queue_.size(), " appends are waiting; retry later"));
+    } else if (item.kind == WorkItem::Kind::kAppend && !writer_busy_ &&
+               queue_.empty() && !sync_running_) {
+      // Nobody writes, nothing waits, no sync holds the WAL file: this
+      // thread writes its own append (no hand-off to the writer thread).
+      writer_busy_ = true;
+      write_here = true;
     } else {
       queue_.push_back(std::move(item));
+      // Whoever writes now takes the queue when done.
+      wake = !writer_busy_;
     }
   }
   if (!refused.ok()) {
@@ -527,7 +546,20 @@ void RocksDbLog::Impl::Enqueue(WorkItem item) {
     if (item.done) item.done(std::move(refused));
     return;
   }
-  cv_.notify_one();
+  if (write_here) {
+    here_.push_back(std::move(item));
+    ProcessGroup(here_);
+    here_.clear();
+    bool more;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writer_busy_ = false;
+      more = !queue_.empty();
+    }
+    if (more) cv_.notify_one();
+    return;
+  }
+  if (wake) cv_.notify_one();
 }
 
 void RocksDbLog::Impl::WriterLoop() {
@@ -538,7 +570,8 @@ void RocksDbLog::Impl::WriterLoop() {
     group.clear();
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      cv_.wait(lock,
+               [this] { return !writer_busy_ && (stop_ || !queue_.empty()); });
       if (queue_.empty()) return;  // stopping, nothing left
       group.swap(queue_);
       if (!failure_.ok()) {
@@ -549,8 +582,11 @@ void RocksDbLog::Impl::WriterLoop() {
         }
         continue;
       }
+      writer_busy_ = true;
     }
     ProcessGroup(group);
+    std::lock_guard<std::mutex> lock(mu_);
+    writer_busy_ = false;
   }
 }
 
@@ -1014,10 +1050,12 @@ void RocksDbLog::Impl::SyncerLoop() {
     absl::Status failure;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      sync_running_ = false;
       sync_cv_.wait(lock, [this] { return sync_stop_ || !syncing_.empty(); });
       if (syncing_.empty()) return;  // stopping, nothing left
       written.swap(syncing_);
       failure = failure_;
+      sync_running_ = true;
     }
     if (!failure.ok()) {
       for (SyncWaiter& waiter : written) {

@@ -1,5 +1,6 @@
 #include "server/asio_runtime.h"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <chrono>
 
@@ -89,37 +90,68 @@ int64_t SystemClockRuntime::MonotonicMs() const {
       .count();
 }
 
+SystemClockRuntime::SystemClockRuntime() : thread_([this] { Run(); }) {}
+
+SystemClockRuntime::~SystemClockRuntime() { Stop(); }
+
+void SystemClockRuntime::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
 runtime::TimerId SystemClockRuntime::Schedule(int64_t delay_ms,
                                               std::function<void()> fn) {
-  auto timer = std::make_shared<boost::asio::steady_timer>(
-      context_, std::chrono::milliseconds(delay_ms < 0 ? 0 : delay_ms));
+  const int64_t due = MonotonicMs() + std::max<int64_t>(0, delay_ms);
+  bool earliest;
   runtime::TimerId id;
   {
     std::lock_guard<std::mutex> lock(mu_);
     id = next_id_++;
-    timers_[id] = timer;
+    earliest = timers_.empty() || due < timers_.begin()->first.first;
+    timers_.emplace(std::make_pair(due, id), std::move(fn));
+    due_of_[id] = due;
   }
-  timer->async_wait(
-      [this, id, fn = std::move(fn)](const boost::system::error_code& ec) {
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          timers_.erase(id);
-        }
-        if (!ec) fn();
-      });
+  if (earliest) cv_.notify_one();
   return id;
 }
 
 void SystemClockRuntime::Cancel(runtime::TimerId id) {
-  std::shared_ptr<boost::asio::steady_timer> timer;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = timers_.find(id);
-    if (it == timers_.end()) return;
-    timer = it->second;
-    timers_.erase(it);
+  std::function<void()> dropped;  // destroyed outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = due_of_.find(id);
+  if (it == due_of_.end()) return;
+  auto timer = timers_.find({it->second, id});
+  dropped = std::move(timer->second);
+  timers_.erase(timer);
+  due_of_.erase(it);
+}
+
+void SystemClockRuntime::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    if (timers_.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    const int64_t due = timers_.begin()->first.first;
+    const int64_t now = MonotonicMs();
+    if (due > now) {
+      cv_.wait_for(lock, std::chrono::milliseconds(due - now));
+      continue;
+    }
+    auto first = timers_.begin();
+    std::function<void()> fn = std::move(first->second);
+    due_of_.erase(first->first.second);
+    timers_.erase(first);
+    lock.unlock();
+    fn();
+    fn = nullptr;
+    lock.lock();
   }
-  timer->cancel();
 }
 
 }  // namespace tcc::server

@@ -7,7 +7,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
@@ -66,11 +66,19 @@ class SerialExecutor final : public runtime::Executor {
 };
 
 // Wall time from the system clock, monotonic time and timers from the steady
-// clock; timers fire on the io_context's threads.
+// clock. Timers are kept by a thread of their own, in due order, and fire on
+// it: `fn` must be quick and must not block (post heavy work to an
+// executor). Most timers are cancelled long before they are due (a
+// transaction's deadline once it is decided), so neither Cancel nor a
+// Schedule later than the next due timer wakes that thread: a transaction
+// costs its timers no thread hand-off.
 class SystemClockRuntime final : public runtime::Clock {
  public:
-  explicit SystemClockRuntime(boost::asio::io_context& context)
-      : context_(context) {}
+  SystemClockRuntime();
+  ~SystemClockRuntime() override;  // Stop()s
+  // Joins the timer thread (after a timer firing now has run); timers not
+  // yet fired never fire, later ones neither.
+  void Stop();
   int64_t WallMs() const override;
   int64_t MonotonicMs() const override;
   runtime::TimerId Schedule(int64_t delay_ms,
@@ -78,11 +86,16 @@ class SystemClockRuntime final : public runtime::Clock {
   void Cancel(runtime::TimerId id) override;
 
  private:
-  boost::asio::io_context& context_;
+  void Run();
+
   std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
   runtime::TimerId next_id_ = 1;
-  std::map<runtime::TimerId, std::shared_ptr<boost::asio::steady_timer>>
-      timers_;
+  // By (due on the steady clock in ms, id); due_of_ finds one by id.
+  std::map<std::pair<int64_t, runtime::TimerId>, std::function<void()>> timers_;
+  std::map<runtime::TimerId, int64_t> due_of_;
+  std::thread thread_;  // last: started once the rest exists
 };
 
 }  // namespace tcc::server

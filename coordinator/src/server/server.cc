@@ -4,6 +4,7 @@
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -58,12 +59,13 @@ class Server::Impl {
   std::unique_ptr<grpc::Server> admin_server_;
   int port_ = 0;
   int admin_port_ = 0;
-  bool stopped_ = false;
+  std::atomic<bool> stopped_{false};
   absl::Status stopped_failure_;  // Failure() when Stop ran
 
  private:
   void ScheduleRetention();
   void ScheduleWalStats();
+  void WalStats();
   void ReturnFreedMemory(int64_t memory_bytes);
   int64_t peak_memory_bytes_ = 0;  // since the last trim (timer thread)
 };
@@ -178,7 +180,7 @@ absl::Status Server::Impl::Start(const Config& config,
 
   const size_t cores = std::max(1u, std::thread::hardware_concurrency());
   threads_ = std::make_unique<AsioThreads>(cores);
-  clock_ = std::make_unique<SystemClockRuntime>(threads_->context());
+  clock_ = std::make_unique<SystemClockRuntime>();
   const size_t shards = config.shards == 0 ? cores : config.shards;
   std::vector<runtime::Executor*> shard_ptrs;
   for (size_t i = 0; i < shards; ++i) {
@@ -314,21 +316,25 @@ absl::Status Server::Impl::Start(const Config& config,
 // /metrics and the exact
 // unfinished count resets the backend's in-flight count (so it cannot drift).
 void Server::Impl::ScheduleWalStats() {
+  // Timers fire on the clock's thread: the work goes to the pool.
   clock_->Schedule(250, [this] {
-    if (stopped_) return;
-    const wal::LogStats stats = log_->Stats();
-    metrics_->SetWalTotals(stats.syncs, stats.synced_appends);
-    const rpc::GrpcTransport::Stats calls = transport_->stats();
-    metrics_->SetParticipantRpcTotals(calls.single_calls, calls.batches,
-                                      calls.batched_calls,
-                                      calls.batch_fallbacks);
-    backend_->ReconcileInFlight(stats.unfinished);
-    metrics_->SetStuckBranches(driver_->stuck_branches());
-    const int64_t memory = driver_->memory_bytes();
-    metrics_->SetMemoryBytes(memory);
-    ReturnFreedMemory(memory);
-    ScheduleWalStats();
+    boost::asio::post(threads_->context(), [this] { WalStats(); });
   });
+}
+
+void Server::Impl::WalStats() {
+  if (stopped_) return;
+  const wal::LogStats stats = log_->Stats();
+  metrics_->SetWalTotals(stats.syncs, stats.synced_appends);
+  const rpc::GrpcTransport::Stats calls = transport_->stats();
+  metrics_->SetParticipantRpcTotals(calls.single_calls, calls.batches,
+                                    calls.batched_calls, calls.batch_fallbacks);
+  backend_->ReconcileInFlight(stats.unfinished);
+  metrics_->SetStuckBranches(driver_->stuck_branches());
+  const int64_t memory = driver_->memory_bytes();
+  metrics_->SetMemoryBytes(memory);
+  ReturnFreedMemory(memory);
+  ScheduleWalStats();
 }
 
 // After a backlog drains, the allocator keeps the pages it had: they go back
@@ -343,11 +349,13 @@ void Server::Impl::ReturnFreedMemory(int64_t memory_bytes) {
 
 void Server::Impl::ScheduleRetention() {
   clock_->Schedule(config_.retention.run_every_ms, [this] {
-    if (stopped_) return;
-    if (absl::Status s = log_->RunRetention(clock_->WallMs()); !s.ok()) {
-      spdlog::warn("retention: {}", s.ToString());
-    }
-    ScheduleRetention();
+    boost::asio::post(threads_->context(), [this] {
+      if (stopped_) return;
+      if (absl::Status s = log_->RunRetention(clock_->WallMs()); !s.ok()) {
+        spdlog::warn("retention: {}", s.ToString());
+      }
+      ScheduleRetention();
+    });
   });
 }
 
@@ -376,6 +384,7 @@ absl::Status Server::Impl::Stop() {
   // A scan waiting for room in its queue would wait for the shards forever.
   if (driver_) driver_->StopRecovery();
   if (threads_) threads_->Stop();
+  if (clock_) clock_->Stop();  // no timer fires into what goes below
   if (scan_thread_) scan_thread_->Stop();  // a running scan ends first
   // Participant calls still in flight would call back into the transport,
   // the metrics and the driver: cancel them and wait for their callbacks.

@@ -7,13 +7,18 @@
 // wal/src/internal/rocksdb_keys.h, the value encodings in
 // wal/src/record_codec.h.
 //
-// Group commit: one writer thread owns every write. Append, PutApproval,
+// Group commit: one writer at a time owns every write. Append, PutApproval,
 // TakeOwnerEpoch and the removals of RunRetention queue up; the writer takes
 // everything waiting, checks each item against the state as the items before
 // it leave it (the one place that checks and applies, so write-once decisions
 // and approval consumption hold under any concurrency), puts the accepted
 // ones into one WriteBatch and writes it to RocksDB's WAL. Buffered appends
-// (and refused items) complete then, on the writer thread. The durable ones
+// (and refused items) complete then, on the writer's thread. The writer is
+// the writer thread, or, for an Append that finds nothing written, queued or
+// being synced, the appending thread itself: it writes its own append inline
+// (completing it inside Append when buffered), which saves waking the writer
+// thread; under load appends queue and the writer thread takes them as a
+// group. The durable ones
 // go to a syncer thread, which syncs the WAL once for every group written
 // since its last sync and completes them, while the writer already writes
 // the next group (a pipeline of two: checking, encoding and the memtable
