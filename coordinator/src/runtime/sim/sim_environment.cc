@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
+#include "runtime/sim/write_ahead_check.h"
 
 namespace tcc::runtime::sim {
 
@@ -213,29 +213,8 @@ void SimTransport::Call(const BranchCall& call, int64_t timeout_ms,
   ++calls_;
   const std::string& name = call.spec->participant;
   if (log_ != nullptr) {
-    const std::string branch_id = call.spec->branch_id;
-    const wal::Phase phase = call.phase;
-    const bool ok = log_->IsDurable(call.gid, [&](const wal::Record& r) {
-      if (phase == wal::Phase::kTry) {
-        if (const auto* reg = std::get_if<wal::Registered>(&r)) {
-          for (const auto& b : reg->branches) {
-            if (b.branch_id == branch_id) return true;
-          }
-        }
-        if (const auto* add = std::get_if<wal::BranchAdded>(&r)) {
-          return add->branch.branch_id == branch_id;
-        }
-        return false;
-      }
-      const auto* d = std::get_if<wal::Decided>(&r);
-      return d != nullptr && d->decision == (phase == wal::Phase::kConfirm
-                                                 ? wal::Decision::kConfirm
-                                                 : wal::Decision::kCancel);
-    });
-    if (!ok) {
-      violations_.push_back(absl::StrCat(
-          "write-ahead: ", core::PhaseName(phase), " of ", call.gid, "/",
-          branch_id, " sent before the record implying it was synced"));
+    if (std::optional<std::string> v = WriteAheadViolation(*log_, call)) {
+      violations_.push_back(std::move(*v));
     }
   }
   auto pending = std::make_shared<Pending<BranchDone>>();

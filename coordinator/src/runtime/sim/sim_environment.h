@@ -1,7 +1,8 @@
 // A deterministic environment for the driver: a single-threaded executor, a
 // simulated clock whose timers fire in (time, sequence) order, a simulated
 // transport (loss, duplication, delay, reordering, partitions, scripted
-// answers) that checks the write-ahead rule against the in-memory WAL, and
+// answers) that checks the write-ahead rule against the in-memory WAL
+// (write_ahead_check.h), and
 // participants that keep the barrier of DESIGN.md section 11 in memory.
 //
 // Everything is driven by the test (SimLoop): nothing runs on its own, no
@@ -169,8 +170,9 @@ class SimTransport final : public ParticipantTransport {
   void SetScript(const std::string& name, Script script) {
     scripts_[name] = std::move(script);
   }
-  // Every call is checked against this log: the record implying it must be
-  // synced (DESIGN.md section 7). Violations are collected.
+  // Every call is checked against this log as it leaves: the record implying
+  // it must be synced (WriteAheadViolation, DESIGN.md section 7). Violations
+  // are collected.
   void CheckWriteAhead(wal::MemoryLog* log) { log_ = log; }
   const std::vector<std::string>& violations() const { return violations_; }
   uint64_t calls() const { return calls_; }
