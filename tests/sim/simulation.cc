@@ -920,16 +920,21 @@ void Simulation::EndChecks() {
       ++i;
     }
     // Exactly-once (section 13.2), from the committed effect counters.
-    const std::map<std::string, int64_t> effects = bank->Effects();
-    for (const auto& [key, n] : effects) {
-      if (n != 1) {
-        Violation(absl::StrCat("exactly-once: ", bank->name(), " ", key,
-                               " took effect ", n, " times"));
+    for (const auto& [key, n] : bank->Effects()) {
+      for (const auto& [phase, count] :
+           {std::pair{wal::Phase::kTry, n.tries},
+            std::pair{wal::Phase::kConfirm, n.confirms},
+            std::pair{wal::Phase::kCancel, n.cancels}}) {
+        if (count != 0 && count != 1) {
+          Violation(absl::StrCat(
+              "exactly-once: ", bank->name(), " ", core::PhaseName(phase), " ",
+              barrier::ToString(key), " took effect ", count, " times"));
+        }
       }
-      if (key.rfind("confirm/", 0) == 0 &&
-          effects.count("cancel/" + key.substr(8)) > 0) {
+      if (n.confirms > 0 && n.cancels > 0) {
         Violation(absl::StrCat("exactly-once: ", bank->name(), " ",
-                               key.substr(8), " both confirmed and cancelled"));
+                               barrier::ToString(key),
+                               " both confirmed and cancelled"));
       }
     }
   }
