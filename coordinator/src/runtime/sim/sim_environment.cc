@@ -6,9 +6,6 @@
 
 namespace tcc::runtime::sim {
 
-using core::BarrierState;
-using wal::Outcome;
-
 size_t DeterministicExecutor::RunAll() {
   size_t n = 0;
   while (!tasks_.empty()) {
@@ -71,112 +68,6 @@ bool SimLoop::RunUntil(const std::function<bool()>& done, int64_t max_ms) {
     if (!StepOnce(limit)) return done();
   }
   return true;
-}
-
-// ---------------------------------------------------------------- barrier
-
-absl::StatusOr<BranchAnswer> BarrierParticipant::OnCall(const BranchCall& c,
-                                                        int64_t now) {
-  if (down_) return absl::UnavailableError("participant down");
-  Record& r = records_[Key{c.gid, c.created_at_ms, c.spec->branch_id}];
-  const wal::Hash& h = c.spec->branch_hash;
-  const bool has_try = r.try_state != BarrierState::kNotFound;
-  const bool cancelled = r.try_state == BarrierState::kCancelledBeforeTry ||
-                         r.phase2 == BarrierState::kCancelled;
-  switch (c.phase) {
-    case wal::Phase::kTry:
-      if (cancelled) return BranchAnswer{Outcome::kHangingRefused, false, ""};
-      if (now > c.try_deadline_ms + skew_ && !has_try) {
-        return BranchAnswer{Outcome::kHangingRefused, false, "late"};
-      }
-      if (has_try && r.hash != h) {
-        return BranchAnswer{Outcome::kConflict, false, ""};
-      }
-      if (r.try_state == BarrierState::kTried) {
-        return BranchAnswer{Outcome::kExecuted, true, ""};
-      }
-      if (r.try_state == BarrierState::kTryRejected) {
-        return BranchAnswer{Outcome::kRejected, true, ""};
-      }
-      ++r.try_runs;
-      r.hash = h;
-      if (business_ && !business_(c)) {
-        r.try_state = BarrierState::kTryRejected;
-        return BranchAnswer{Outcome::kRejected, false, "refused"};
-      }
-      r.try_state = BarrierState::kTried;
-      return BranchAnswer{Outcome::kExecuted, false, ""};
-    case wal::Phase::kConfirm:
-      if (r.phase2 == BarrierState::kConfirmed && r.hash == h) {
-        return BranchAnswer{Outcome::kExecuted, true, ""};
-      }
-      if (cancelled) return absl::FailedPreconditionError("cancelled");
-      if (has_try && r.hash != h) {
-        return BranchAnswer{Outcome::kConflict, false, ""};
-      }
-      if (r.try_state == BarrierState::kTried) {
-        ++r.confirm_runs;
-        r.phase2 = BarrierState::kConfirmed;
-        return BranchAnswer{Outcome::kExecuted, false, ""};
-      }
-      return absl::FailedPreconditionError("no successful Try");
-    case wal::Phase::kCancel:
-      if (cancelled) {
-        const bool ran = r.cancel_runs > 0;
-        return BranchAnswer{ran ? Outcome::kExecuted : Outcome::kEmptyRollback,
-                            true, ""};
-      }
-      if (r.phase2 == BarrierState::kConfirmed) {
-        return absl::FailedPreconditionError("confirmed");
-      }
-      if (has_try && r.hash != h) {
-        return BranchAnswer{Outcome::kConflict, false, ""};
-      }
-      if (!has_try) {
-        r.try_state = BarrierState::kCancelledBeforeTry;
-        r.hash = h;
-        return BranchAnswer{Outcome::kEmptyRollback, false, ""};
-      }
-      if (r.try_state == BarrierState::kTryRejected) {
-        r.phase2 = BarrierState::kCancelled;
-        return BranchAnswer{Outcome::kEmptyRollback, false, ""};
-      }
-      ++r.cancel_runs;
-      r.phase2 = BarrierState::kCancelled;
-      return BranchAnswer{Outcome::kExecuted, false, ""};
-  }
-  return absl::InternalError("unknown phase");
-}
-
-absl::StatusOr<QueryAnswer> BarrierParticipant::OnQuery(const QueryCall& q,
-                                                        int64_t) {
-  if (down_) return absl::UnavailableError("participant down");
-  auto it = records_.find(Key{q.gid, q.created_at_ms, q.branch_id});
-  QueryAnswer a;
-  a.authoritative = true;
-  if (it == records_.end()) return a;
-  const Record& r = it->second;
-  a.branch_hash = r.hash;
-  a.state = r.phase2 != BarrierState::kNotFound ? r.phase2 : r.try_state;
-  return a;
-}
-
-int BarrierParticipant::Held() const {
-  int n = 0;
-  for (const auto& [k, r] : records_) {
-    n += r.try_state == BarrierState::kTried &&
-         r.phase2 == BarrierState::kNotFound;
-  }
-  return n;
-}
-
-int BarrierParticipant::ExactlyOnceViolations() const {
-  int n = 0;
-  for (const auto& [k, r] : records_) {
-    n += r.try_runs > 1 || r.confirm_runs > 1 || r.cancel_runs > 1 ||
-         (r.confirm_runs > 0 && r.cancel_runs > 0);
-  }
-  return n;
 }
 
 // ---------------------------------------------------------------- transport
