@@ -194,14 +194,14 @@ struct Harness {
   // Write-ahead, atomicity, exactly-once and no reservation held, over
   // every participant.
   void CheckInvariants() {
-    CHECK(transport.violations().empty());
     for (const auto& v : transport.violations()) UNSCOPED_INFO(v);
+    CHECK(transport.violations().empty());
     std::map<std::string, std::set<barrier::PhaseTwoState>> by_gid;
     for (const auto& [name, p] : parts) {
       CHECK(p->Held() == 0);
       CHECK(p->ExactlyOnceViolations() == 0);
-      CHECK(p->violations().empty());
       for (const auto& v : p->violations()) UNSCOPED_INFO(v);
+      CHECK(p->violations().empty());
       for (const auto& [key, rec] : p->Records()) {
         by_gid[key.gid].insert(rec.phase_two);
       }
@@ -1236,8 +1236,8 @@ TEST_CASE("a WAL completion is not credited to a later owner of the same gid",
   exec.RunAll();
   REQUIRE(log.held_.size() == 1);   // b2's BranchAdded, never durable
   CHECK_FALSE(again->has_value());  // not accepted before it is durable
-  CHECK(transport.violations().empty());
   for (const auto& v : transport.violations()) UNSCOPED_INFO(v);
+  CHECK(transport.violations().empty());
 }
 
 // ------------------------------------------------ memory (issue 19, item 4)
