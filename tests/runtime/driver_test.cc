@@ -1,5 +1,6 @@
 // The driver over the deterministic environment: simulated clock, executor
-// and transport, in-memory barrier participants and the in-memory WAL (not
+// and transport, participants running the SDK's real barrier on its
+// in-memory store (sim::SdkParticipant) and the in-memory WAL (not
 // auto-synced: SimLoop group-commits when the executor is idle). No sleeps.
 #include "runtime/driver.h"
 
@@ -10,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "runtime/sim/sdk_participant.h"
 #include "runtime/sim/sim_environment.h"
 #include "tcc/failpoint/failpoint.h"
 #include "tcc/wal/memory_log.h"
@@ -50,6 +52,14 @@ struct RecordingObserver : DriverObserver {
 
 using Result = std::shared_ptr<std::optional<absl::StatusOr<DriverReply>>>;
 
+// The participants share tccd's simulated clock, so they allow no clock skew
+// (the SDK's default is 5 s): a Try past its try-deadline is refused at once.
+barrier::BarrierOptions NoSkew() {
+  barrier::BarrierOptions o;
+  o.clock_skew_ms = 0;
+  return o;
+}
+
 ReplyDone Into(Result r) {
   return [r](absl::StatusOr<DriverReply> v) { *r = std::move(v); };
 }
@@ -59,8 +69,11 @@ struct Harness {
       : options(std::move(o)), transport(clock, seed) {
     for (int i = 0; i < participants; ++i) {
       const std::string name = "p" + std::to_string(i);
-      parts[name] = std::make_unique<sim::BarrierParticipant>(
-          [this, name](const BranchCall&) { return !rejects.count(name); });
+      parts[name] = std::make_unique<sim::SdkParticipant>(
+          name, NoSkew(),
+          sim::AcceptIf([this, name](const barrier::BranchCall&) {
+            return !rejects.count(name);
+          }));
       transport.Add(name, parts[name].get());
     }
     transport.CheckWriteAhead(&log);
@@ -178,23 +191,37 @@ struct Harness {
     REQUIRE(driver->Start().ok());
   }
 
-  // Atomicity and no reservation held, over every participant.
+  // Write-ahead, atomicity, exactly-once and no reservation held, over
+  // every participant.
   void CheckInvariants() {
-    CHECK(transport.violations().empty());
     for (const auto& v : transport.violations()) UNSCOPED_INFO(v);
-    std::map<std::string, std::set<core::BarrierState>> by_gid;
+    CHECK(transport.violations().empty());
+    std::map<std::string, std::set<barrier::PhaseTwoState>> by_gid;
     for (const auto& [name, p] : parts) {
       CHECK(p->Held() == 0);
       CHECK(p->ExactlyOnceViolations() == 0);
-      for (const auto& [key, rec] : p->records()) {
-        by_gid[std::get<0>(key)].insert(rec.phase2);
+      for (const auto& v : p->violations()) UNSCOPED_INFO(v);
+      CHECK(p->violations().empty());
+      for (const auto& [key, rec] : p->Records()) {
+        by_gid[key.gid].insert(rec.phase_two);
       }
     }
     for (const auto& [gid, phases] : by_gid) {
       INFO("gid " << gid);
-      CHECK_FALSE(
-          (phases.count(core::BarrierState::kConfirmed) && phases.size() > 1));
+      CHECK_FALSE((phases.count(barrier::PhaseTwoState::kConfirmed) &&
+                   phases.size() > 1));
     }
+  }
+
+  // The key of `participant`'s only barrier record.
+  barrier::BranchKey OnlyKey(const std::string& participant) {
+    const auto records = parts[participant]->Records();
+    REQUIRE(records.size() == 1);
+    return records.begin()->first;
+  }
+  // How often each business effect ran at `participant` for its only key.
+  sim::EffectCounts OnlyEffects(const std::string& participant) {
+    return parts[participant]->EffectsOf(OnlyKey(participant));
   }
 
   DriverOptions options;
@@ -202,7 +229,7 @@ struct Harness {
   sim::SimClock clock;
   wal::MemoryLog log{wal::MemoryLogOptions{false, {}}};
   sim::SimTransport transport;
-  std::map<std::string, std::unique_ptr<sim::BarrierParticipant>> parts;
+  std::map<std::string, std::unique_ptr<sim::SdkParticipant>> parts;
   std::set<std::string> rejects;
   RecordingObserver observer;
   std::unique_ptr<Driver> driver;
@@ -218,8 +245,8 @@ TEST_CASE("happy path: every branch confirmed, answered once finished",
   CHECK(r->value()->transaction.state == TxnState::kConfirmed);
   CHECK(r->value()->transaction.decision == Decision::kConfirm);
   for (const auto& [n, p] : h.parts) {
-    for (const auto& [k, rec] : p->records()) {
-      CHECK(rec.phase2 == core::BarrierState::kConfirmed);
+    for (const auto& [k, rec] : p->Records()) {
+      CHECK(rec.phase_two == barrier::PhaseTwoState::kConfirmed);
     }
   }
   CHECK(h.StoredState("g1") == TxnState::kConfirmed);
@@ -253,11 +280,10 @@ TEST_CASE(
   CHECK(r->value()->transaction.state == TxnState::kCancelled);
   CHECK(r->value()->transaction.decision_reason.find("b1 REJECTED") !=
         std::string::npos);
-  auto& p2 = h.parts["p2"]->records();
+  const auto p2 = h.parts["p2"]->Records();
   REQUIRE(p2.size() == 1);
-  CHECK(p2.begin()->second.try_state ==
-        core::BarrierState::kCancelledBeforeTry);
-  CHECK(p2.begin()->second.try_runs == 0);
+  CHECK(p2.begin()->second.try_state == barrier::TryState::kCancelledBeforeTry);
+  CHECK(h.OnlyEffects("p2").tries == 0);
   h.CheckInvariants();
 }
 
@@ -272,7 +298,7 @@ TEST_CASE("a Try whose reply is lost is looked up, then acted on", "[driver]") {
     REQUIRE(h.Wait(r));
     CHECK(r->value()->transaction.state == TxnState::kConfirmed);
     CHECK(h.observer.signals[SignalKind::kUnknownResolved] >= 1);
-    CHECK(h.parts["p0"]->records().begin()->second.try_runs == 1);
+    CHECK(h.OnlyEffects("p0").tries == 1);
     CHECK(h.transport.queries() >= 1);
     h.CheckInvariants();
   }
@@ -294,7 +320,7 @@ TEST_CASE("a Try whose reply is lost is looked up, then acted on", "[driver]") {
 // Trys run, but the connection breaks before the answer (outcome unknown).
 class LaggingReplica : public sim::SimParticipant {
  public:
-  explicit LaggingReplica(sim::BarrierParticipant* primary) : p_(primary) {}
+  explicit LaggingReplica(sim::SimParticipant* primary) : p_(primary) {}
   absl::StatusOr<BranchAnswer> OnCall(const BranchCall& c,
                                       int64_t now) override {
     auto a = p_->OnCall(c, now);
@@ -312,7 +338,7 @@ class LaggingReplica : public sim::SimParticipant {
   int queries = 0;
 
  private:
-  sim::BarrierParticipant* p_;
+  sim::SimParticipant* p_;
 };
 
 TEST_CASE(
@@ -331,8 +357,8 @@ TEST_CASE(
   CHECK(r->value()->transaction.decision_reason.find("b0 Try unknown") !=
         std::string::npos);
   // It had reserved; the Cancel released it.
-  CHECK(h.parts["p0"]->records().begin()->second.phase2 ==
-        core::BarrierState::kCancelled);
+  CHECK(h.parts["p0"]->Record(h.OnlyKey("p0"))->phase_two ==
+        barrier::PhaseTwoState::kCancelled);
   h.CheckInvariants();
 }
 
@@ -434,7 +460,7 @@ TEST_CASE("duplicate Submit answered once each; conflicting Submit refused",
   Result d = h.Submit(h.Spec("g1", 2));
   REQUIRE(h.Wait(d));
   CHECK(d->value()->duplicate);
-  CHECK(h.parts["p0"]->records().begin()->second.try_runs == 1);
+  CHECK(h.OnlyEffects("p0").tries == 1);
   h.CheckInvariants();
 }
 
@@ -700,8 +726,8 @@ TEST_CASE(
   wal::MemoryLog inner{wal::MemoryLogOptions{false, {}}};
   DeferringLog log(inner);
   sim::SimTransport transport(clock, 7);
-  sim::BarrierParticipant p0([](const BranchCall&) { return true; });
-  sim::BarrierParticipant p1([](const BranchCall&) { return true; });
+  sim::SdkParticipant p0("p0", NoSkew());
+  sim::SdkParticipant p1("p1", NoSkew());
   transport.Add("p0", &p0);
   transport.Add("p1", &p1);
   RecordingObserver observer;
@@ -910,8 +936,8 @@ TEST_CASE(
   auto tried = [&] {
     size_t n = 0;
     for (const auto& [name, p] : h.parts) {
-      for (const auto& [key, rec] : p->records()) {
-        n += rec.try_state == core::BarrierState::kTried;
+      for (const auto& [key, rec] : p->Records()) {
+        n += rec.try_state == barrier::TryState::kTried;
       }
     }
     return n;
@@ -932,9 +958,12 @@ TEST_CASE(
   }
   CHECK(seen.queried.size() == 20);
   for (const auto& [name, p] : h.parts) {
-    for (const auto& [key, rec] : p->records()) {
-      CHECK(rec.try_runs == 1);
-      CHECK(rec.confirm_runs == 1);
+    const auto effects = p->Effects();
+    for (const auto& [key, rec] : p->Records()) {
+      INFO(barrier::ToString(key));
+      REQUIRE(effects.count(key) == 1);
+      CHECK(effects.at(key).tries == 1);
+      CHECK(effects.at(key).confirms == 1);
     }
   }
   h.CheckInvariants();
@@ -982,7 +1011,7 @@ TEST_CASE(
       CHECK(r->value().status().code() == absl::StatusCode::kResourceExhausted);
       h.Run([] { return false; }, 5'000);
       CHECK(h.log.Read("g1").status().code() == absl::StatusCode::kNotFound);
-      for (const auto& [name, p] : h.parts) CHECK(p->records().empty());
+      for (const auto& [name, p] : h.parts) CHECK(p->Records().empty());
       h.driver.reset();
       continue;
     }
@@ -1160,7 +1189,7 @@ TEST_CASE("a WAL completion is not credited to a later owner of the same gid",
   HoldThenRefuseLog log(inner);
   sim::SimTransport transport(clock, 7);
   transport.CheckWriteAhead(&inner);
-  sim::BarrierParticipant p0([](const BranchCall&) { return true; });
+  sim::SdkParticipant p0("p0", NoSkew());
   transport.Add("p0", &p0);
   RecordingObserver observer;
   Driver driver(DriverOptions{}, std::vector<Executor*>{&exec}, clock,
@@ -1207,8 +1236,8 @@ TEST_CASE("a WAL completion is not credited to a later owner of the same gid",
   exec.RunAll();
   REQUIRE(log.held_.size() == 1);   // b2's BranchAdded, never durable
   CHECK_FALSE(again->has_value());  // not accepted before it is durable
-  CHECK(transport.violations().empty());
   for (const auto& v : transport.violations()) UNSCOPED_INFO(v);
+  CHECK(transport.violations().empty());
 }
 
 // ------------------------------------------------ memory (issue 19, item 4)

@@ -1,20 +1,22 @@
 // SimBank: one bank participant of the deterministic simulation (issue 7).
 //
-// It is the SDK's real barrier (tcc::barrier::Barrier, DESIGN.md section 11)
-// over a MemoryBarrierStore, with its own ManualClock (set by the simulation
-// before every call, so that it can drift and jump apart from tccd's), and
-// the bank's business logic over the store's key-value data, as in the bank
-// demo (participant-sdk/examples/bank):
+// It is the bank's business logic over the one simulated participant of the
+// tests, runtime::sim::SdkParticipant: the SDK's real barrier
+// (tcc::barrier::Barrier, DESIGN.md section 11) over a MemoryBarrierStore,
+// with its own ManualClock (set by the simulation before every call, so that
+// it can drift and jump apart from tccd's). The business works on the
+// store's key-value data, as in the bank demo
+// (participant-sdk/examples/bank):
 //   debit  Try freezes the amount (refused when balance - frozen is short),
 //          Confirm takes it from the balance, Cancel unfreezes it;
 //   credit Try records it as incoming, Confirm adds it to the balance,
 //          Cancel drops it.
 // Payloads are "ACCOUNT:AMOUNT".
 //
-// Every handler that takes effect also bumps a counter for (phase, branch
-// key) in the same local transaction, so exactly-once (section 13.2) is read
-// back from committed data: a counter above one, or both a Confirm and a
-// Cancel counter for one key, is a violation.
+// SdkParticipant counts every effect in the handler's local transaction, so
+// exactly-once (section 13.2) is read back from committed data (Effects()),
+// and checks each call (exactly-once, no hanging); SimBank adds the money
+// check (no account left broken by a phase 2).
 //
 // Crashes follow MemoryBarrierStore's model: a crash inside a handler loses
 // the whole local transaction (the call fails and its reply is lost); a
@@ -32,8 +34,8 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/environment.h"
+#include "runtime/sim/sdk_participant.h"
 #include "tcc/barrier/barrier.h"
-#include "tcc/barrier/memory_store.h"
 #include "tcc/clock/clock.h"
 
 namespace tcc::sim {
@@ -56,8 +58,8 @@ class SimBank {
   SimBank(std::string name, int accounts, int64_t initial_balance,
           barrier::BarrierOptions options);
 
-  const std::string& name() const { return name_; }
-  clock::ManualClock& clock() { return clock_; }
+  const std::string& name() const { return participant_.name(); }
+  clock::ManualClock& clock() { return participant_.clock(); }
 
   // Runs one Try / Confirm / Cancel through the barrier at the bank's clock.
   // `crashed` is set when the bank crashed during the call (the caller drops
@@ -73,8 +75,8 @@ class SimBank {
 
   // --- Reads of committed state, for the checks.
   std::vector<Account> Accounts() const;
-  // "phase/gid/created_at/branch" -> how many times that effect committed.
-  std::map<std::string, int64_t> Effects() const;
+  // How many times each effect committed, per branch key.
+  std::map<barrier::BranchKey, runtime::sim::EffectCounts> Effects() const;
   // The barrier record of a key, if any.
   std::optional<barrier::BarrierRecord> Record(
       const barrier::BranchKey& key) const;
@@ -87,23 +89,11 @@ class SimBank {
       const barrier::HandlerContext& c);
   absl::Status PhaseTwoHandler(const barrier::HandlerContext& c,
                                wal::Phase phase);
-  // Bumps the effect counter of (phase, key) in the handler's transaction.
-  absl::Status CountEffect(const barrier::HandlerContext& c, wal::Phase phase);
 
-  std::string name_;
-  mutable barrier::MemoryBarrierStore store_;  // reads are logically const
-  clock::ManualClock clock_;
-  barrier::Barrier barrier_;
-  // Set by a handler, read after the call: the effect it counted (and its new
-  // count, and whether the opposite phase-2 effect exists), and an account
-  // state it would leave broken.
-  struct PendingEffect {
-    std::string key;
-    int64_t count = 0;
-    bool opposite = false;
-    std::string broken_account;
-  };
-  std::optional<PendingEffect> pending_;
+  runtime::sim::SdkParticipant participant_;
+  // Set by a phase-2 handler, read after the call: an account state it
+  // would leave broken.
+  std::string broken_account_;
   CrashPoint crash_ = CrashPoint::kNone;
   bool crashed_in_handler_ = false;
 };

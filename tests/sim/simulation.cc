@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/driver.h"
 #include "runtime/sim/sim_environment.h"
+#include "runtime/sim/write_ahead_check.h"
 #include "sim_bank.h"
 #include "tcc/wal/memory_log.h"
 
@@ -228,29 +229,9 @@ void Network::Query(const runtime::QueryCall& query, int64_t timeout_ms,
 
 void Simulation::CheckWriteAhead(const runtime::BranchCall& call) {
   if (!options_.check_write_ahead) return;
-  const std::string& branch_id = call.spec->branch_id;
-  const wal::Phase phase = call.phase;
-  const bool ok = log_.IsDurable(call.gid, [&](const wal::Record& r) {
-    if (phase == wal::Phase::kTry) {
-      if (const auto* reg = std::get_if<wal::Registered>(&r)) {
-        for (const auto& b : reg->branches) {
-          if (b.branch_id == branch_id) return true;
-        }
-      }
-      if (const auto* add = std::get_if<wal::BranchAdded>(&r)) {
-        return add->branch.branch_id == branch_id;
-      }
-      return false;
-    }
-    const auto* d = std::get_if<wal::Decided>(&r);
-    return d != nullptr && d->decision == (phase == wal::Phase::kConfirm
-                                               ? wal::Decision::kConfirm
-                                               : wal::Decision::kCancel);
-  });
-  if (!ok) {
-    Violation(absl::StrCat("write-ahead: ", core::PhaseName(phase), " of ",
-                           call.gid, "/", branch_id,
-                           " sent before the record implying it was synced"));
+  if (std::optional<std::string> v =
+          runtime::sim::WriteAheadViolation(log_, call)) {
+    Violation(std::move(*v));
   }
 }
 
@@ -939,16 +920,21 @@ void Simulation::EndChecks() {
       ++i;
     }
     // Exactly-once (section 13.2), from the committed effect counters.
-    const std::map<std::string, int64_t> effects = bank->Effects();
-    for (const auto& [key, n] : effects) {
-      if (n != 1) {
-        Violation(absl::StrCat("exactly-once: ", bank->name(), " ", key,
-                               " took effect ", n, " times"));
+    for (const auto& [key, n] : bank->Effects()) {
+      for (const auto& [phase, count] :
+           {std::pair{wal::Phase::kTry, n.tries},
+            std::pair{wal::Phase::kConfirm, n.confirms},
+            std::pair{wal::Phase::kCancel, n.cancels}}) {
+        if (count != 0 && count != 1) {
+          Violation(absl::StrCat(
+              "exactly-once: ", bank->name(), " ", core::PhaseName(phase), " ",
+              barrier::ToString(key), " took effect ", count, " times"));
+        }
       }
-      if (key.rfind("confirm/", 0) == 0 &&
-          effects.count("cancel/" + key.substr(8)) > 0) {
+      if (n.confirms > 0 && n.cancels > 0) {
         Violation(absl::StrCat("exactly-once: ", bank->name(), " ",
-                               key.substr(8), " both confirmed and cancelled"));
+                               barrier::ToString(key),
+                               " both confirmed and cancelled"));
       }
     }
   }

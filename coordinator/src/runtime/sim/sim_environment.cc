@@ -2,12 +2,9 @@
 
 #include <algorithm>
 
-#include "absl/strings/str_cat.h"
+#include "runtime/sim/write_ahead_check.h"
 
 namespace tcc::runtime::sim {
-
-using core::BarrierState;
-using wal::Outcome;
 
 size_t DeterministicExecutor::RunAll() {
   size_t n = 0;
@@ -73,112 +70,6 @@ bool SimLoop::RunUntil(const std::function<bool()>& done, int64_t max_ms) {
   return true;
 }
 
-// ---------------------------------------------------------------- barrier
-
-absl::StatusOr<BranchAnswer> BarrierParticipant::OnCall(const BranchCall& c,
-                                                        int64_t now) {
-  if (down_) return absl::UnavailableError("participant down");
-  Record& r = records_[Key{c.gid, c.created_at_ms, c.spec->branch_id}];
-  const wal::Hash& h = c.spec->branch_hash;
-  const bool has_try = r.try_state != BarrierState::kNotFound;
-  const bool cancelled = r.try_state == BarrierState::kCancelledBeforeTry ||
-                         r.phase2 == BarrierState::kCancelled;
-  switch (c.phase) {
-    case wal::Phase::kTry:
-      if (cancelled) return BranchAnswer{Outcome::kHangingRefused, false, ""};
-      if (now > c.try_deadline_ms + skew_ && !has_try) {
-        return BranchAnswer{Outcome::kHangingRefused, false, "late"};
-      }
-      if (has_try && r.hash != h) {
-        return BranchAnswer{Outcome::kConflict, false, ""};
-      }
-      if (r.try_state == BarrierState::kTried) {
-        return BranchAnswer{Outcome::kExecuted, true, ""};
-      }
-      if (r.try_state == BarrierState::kTryRejected) {
-        return BranchAnswer{Outcome::kRejected, true, ""};
-      }
-      ++r.try_runs;
-      r.hash = h;
-      if (business_ && !business_(c)) {
-        r.try_state = BarrierState::kTryRejected;
-        return BranchAnswer{Outcome::kRejected, false, "refused"};
-      }
-      r.try_state = BarrierState::kTried;
-      return BranchAnswer{Outcome::kExecuted, false, ""};
-    case wal::Phase::kConfirm:
-      if (r.phase2 == BarrierState::kConfirmed && r.hash == h) {
-        return BranchAnswer{Outcome::kExecuted, true, ""};
-      }
-      if (cancelled) return absl::FailedPreconditionError("cancelled");
-      if (has_try && r.hash != h) {
-        return BranchAnswer{Outcome::kConflict, false, ""};
-      }
-      if (r.try_state == BarrierState::kTried) {
-        ++r.confirm_runs;
-        r.phase2 = BarrierState::kConfirmed;
-        return BranchAnswer{Outcome::kExecuted, false, ""};
-      }
-      return absl::FailedPreconditionError("no successful Try");
-    case wal::Phase::kCancel:
-      if (cancelled) {
-        const bool ran = r.cancel_runs > 0;
-        return BranchAnswer{ran ? Outcome::kExecuted : Outcome::kEmptyRollback,
-                            true, ""};
-      }
-      if (r.phase2 == BarrierState::kConfirmed) {
-        return absl::FailedPreconditionError("confirmed");
-      }
-      if (has_try && r.hash != h) {
-        return BranchAnswer{Outcome::kConflict, false, ""};
-      }
-      if (!has_try) {
-        r.try_state = BarrierState::kCancelledBeforeTry;
-        r.hash = h;
-        return BranchAnswer{Outcome::kEmptyRollback, false, ""};
-      }
-      if (r.try_state == BarrierState::kTryRejected) {
-        r.phase2 = BarrierState::kCancelled;
-        return BranchAnswer{Outcome::kEmptyRollback, false, ""};
-      }
-      ++r.cancel_runs;
-      r.phase2 = BarrierState::kCancelled;
-      return BranchAnswer{Outcome::kExecuted, false, ""};
-  }
-  return absl::InternalError("unknown phase");
-}
-
-absl::StatusOr<QueryAnswer> BarrierParticipant::OnQuery(const QueryCall& q,
-                                                        int64_t) {
-  if (down_) return absl::UnavailableError("participant down");
-  auto it = records_.find(Key{q.gid, q.created_at_ms, q.branch_id});
-  QueryAnswer a;
-  a.authoritative = true;
-  if (it == records_.end()) return a;
-  const Record& r = it->second;
-  a.branch_hash = r.hash;
-  a.state = r.phase2 != BarrierState::kNotFound ? r.phase2 : r.try_state;
-  return a;
-}
-
-int BarrierParticipant::Held() const {
-  int n = 0;
-  for (const auto& [k, r] : records_) {
-    n += r.try_state == BarrierState::kTried &&
-         r.phase2 == BarrierState::kNotFound;
-  }
-  return n;
-}
-
-int BarrierParticipant::ExactlyOnceViolations() const {
-  int n = 0;
-  for (const auto& [k, r] : records_) {
-    n += r.try_runs > 1 || r.confirm_runs > 1 || r.cancel_runs > 1 ||
-         (r.confirm_runs > 0 && r.cancel_runs > 0);
-  }
-  return n;
-}
-
 // ---------------------------------------------------------------- transport
 
 void SimTransport::Add(const std::string& name, SimParticipant* participant) {
@@ -213,29 +104,8 @@ void SimTransport::Call(const BranchCall& call, int64_t timeout_ms,
   ++calls_;
   const std::string& name = call.spec->participant;
   if (log_ != nullptr) {
-    const std::string branch_id = call.spec->branch_id;
-    const wal::Phase phase = call.phase;
-    const bool ok = log_->IsDurable(call.gid, [&](const wal::Record& r) {
-      if (phase == wal::Phase::kTry) {
-        if (const auto* reg = std::get_if<wal::Registered>(&r)) {
-          for (const auto& b : reg->branches) {
-            if (b.branch_id == branch_id) return true;
-          }
-        }
-        if (const auto* add = std::get_if<wal::BranchAdded>(&r)) {
-          return add->branch.branch_id == branch_id;
-        }
-        return false;
-      }
-      const auto* d = std::get_if<wal::Decided>(&r);
-      return d != nullptr && d->decision == (phase == wal::Phase::kConfirm
-                                                 ? wal::Decision::kConfirm
-                                                 : wal::Decision::kCancel);
-    });
-    if (!ok) {
-      violations_.push_back(absl::StrCat(
-          "write-ahead: ", core::PhaseName(phase), " of ", call.gid, "/",
-          branch_id, " sent before the record implying it was synced"));
+    if (std::optional<std::string> v = WriteAheadViolation(*log_, call)) {
+      violations_.push_back(std::move(*v));
     }
   }
   auto pending = std::make_shared<Pending<BranchDone>>();

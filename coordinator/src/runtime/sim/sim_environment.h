@@ -1,13 +1,13 @@
 // A deterministic environment for the driver: a single-threaded executor, a
-// simulated clock whose timers fire in (time, sequence) order, a simulated
-// transport (loss, duplication, delay, reordering, partitions, scripted
-// answers) that checks the write-ahead rule against the in-memory WAL, and
-// participants that keep the barrier of DESIGN.md section 11 in memory.
+// simulated clock whose timers fire in (time, sequence) order, and a
+// simulated transport (loss, duplication, delay, reordering, partitions,
+// scripted answers) that checks the write-ahead rule against the in-memory
+// WAL (write_ahead_check.h). Participants sit behind SimParticipant; the
+// tests' participant is the SDK's real barrier on its in-memory store
+// (sdk_participant.h).
 //
 // Everything is driven by the test (SimLoop): nothing runs on its own, no
-// threads, no sleeps, no system clock. Randomness comes from seeds. The
-// deterministic simulation (issue 7) plugs the SDK's real barrier behind
-// SimParticipant.
+// threads, no sleeps, no system clock. Randomness comes from seeds.
 //
 // Not thread-safe: one test thread drives it all.
 #pragma once
@@ -20,7 +20,6 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "runtime/environment.h"
@@ -108,44 +107,6 @@ class SimParticipant {
                                               int64_t now_wall_ms) = 0;
 };
 
-// The barrier of DESIGN.md section 11 in memory, with a business that accepts
-// or rejects each Try, and counters for the invariants of section 13.
-class BarrierParticipant final : public SimParticipant {
- public:
-  using Business = std::function<bool(const BranchCall&)>;  // true: accept
-  explicit BarrierParticipant(Business business = nullptr,
-                              int64_t allowed_skew_ms = 0)
-      : business_(std::move(business)), skew_(allowed_skew_ms) {}
-
-  absl::StatusOr<BranchAnswer> OnCall(const BranchCall& call,
-                                      int64_t now_wall_ms) override;
-  absl::StatusOr<QueryAnswer> OnQuery(const QueryCall& query,
-                                      int64_t now_wall_ms) override;
-
-  struct Record {
-    core::BarrierState try_state = core::BarrierState::kNotFound;  // or
-    // kTried, kTryRejected, kCancelledBeforeTry
-    core::BarrierState phase2 = core::BarrierState::kNotFound;  // or
-    // kConfirmed, kCancelled
-    wal::Hash hash{};
-    int try_runs = 0, confirm_runs = 0, cancel_runs = 0;
-  };
-  using Key = std::tuple<std::string, int64_t, std::string>;
-  const std::map<Key, Record>& records() const { return records_; }
-  // Reservations held: TRIED with no phase 2.
-  int Held() const;
-  // Business effects that ran twice, or both Confirm and Cancel for one key.
-  int ExactlyOnceViolations() const;
-  // While true, every call and query fails UNAVAILABLE (the process is down).
-  void set_down(bool down) { down_ = down; }
-
- private:
-  Business business_;
-  int64_t skew_;
-  bool down_ = false;
-  std::map<Key, Record> records_;
-};
-
 struct LinkFaults {
   double lose_request = 0;       // never reaches the participant
   double lose_reply = 0;         // ran there; the answer is lost
@@ -169,8 +130,9 @@ class SimTransport final : public ParticipantTransport {
   void SetScript(const std::string& name, Script script) {
     scripts_[name] = std::move(script);
   }
-  // Every call is checked against this log: the record implying it must be
-  // synced (DESIGN.md section 7). Violations are collected.
+  // Every call is checked against this log as it leaves: the record implying
+  // it must be synced (WriteAheadViolation, DESIGN.md section 7). Violations
+  // are collected.
   void CheckWriteAhead(wal::MemoryLog* log) { log_ = log; }
   const std::vector<std::string>& violations() const { return violations_; }
   uint64_t calls() const { return calls_; }
