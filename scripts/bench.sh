@@ -336,6 +336,47 @@ steal_pct() {
     t = y[2] - x[2]; printf "%.1f", (t > 0 ? 100 * (y[1] - x[1]) / t : 0) }'
 }
 
+# Thread hand-offs (issue 20): while a run measures, `perf stat` counts each
+# process's context switches and futex calls (syscalls:sys_enter_futex);
+# handoff_counts NAME:PID,... starts it for the measured window (after the
+# warm-up) and handoff_report LABEL TPS adds "per transaction" figures to
+# handoff_note. Without perf (or its tracepoints) it says so instead.
+handoff_note=""
+handoff_jobs=()
+handoff_counts() {
+  handoff_jobs=()
+  command -v perf >/dev/null 2>&1 || return 0
+  local entry name pid
+  IFS=, read -r -a entries <<<"$1"
+  for entry in "${entries[@]}"; do
+    name=${entry%%:*} pid=${entry#*:}
+    (sleep "$warmup_s"
+     exec perf stat -x, -e context-switches,syscalls:sys_enter_futex \
+       -p "$pid" -- sleep "$duration_s") \
+      >/dev/null 2>"$run_dir/handoffs-$name-${#table_rows[@]}.csv" &
+    handoff_jobs+=("$name:$!")
+  done
+}
+handoff_report() {
+  local label=$1 tps=$2 entry name pid cs fx out=""
+  if [[ ${#handoff_jobs[@]} == 0 ]]; then
+    handoff_note+="$label: context switches and futex calls not counted (no perf). "
+    return 0
+  fi
+  for entry in "${handoff_jobs[@]}"; do
+    name=${entry%%:*} pid=${entry#*:}
+    wait "$pid" 2>/dev/null || true
+    local csv=$run_dir/handoffs-$name-$((${#table_rows[@]} - 1)).csv
+    cs=$(awk -F, '$3 == "context-switches" { print $1 }' "$csv" 2>/dev/null)
+    fx=$(awk -F, '$3 == "syscalls:sys_enter_futex" { print $1 }' "$csv" 2>/dev/null)
+    out+="${out:+; }$name $(awk -v c="${cs:-0}" -v f="${fx:-0}" -v t="$tps" \
+      -v d="$duration_s" 'BEGIN { n = t * d; if (n <= 0 || c == "" || f == "") { print "?"; exit }
+        printf "%.1f context switches, %.1f futex calls", c / n, f / n }')"
+  done
+  handoff_note+="$label, per transaction (perf stat over the measured ${duration_s} s): $out. "
+  echo "bench.sh: hand-offs $label: $out" >&2
+}
+
 # field KEY LINE: the value of KEY=VALUE in LINE.
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
 
@@ -399,9 +440,11 @@ run_set() {
     a0=$(metric "$metrics_url" tccd_wal_synced_appends)
     t0=$(now_s)
   fi
+  [[ -n ${handoff_pids:-} ]] && handoff_counts "$handoff_pids"
   run_bench "$name: C=64, 2 branches, 100 B" "$target" "$pids" "$roles" \
     --concurrency 64 --branches 2 --payload-bytes 100
   headline_tps=$r_tps headline_p50=$r_p50 headline_p99=$r_p99
+  [[ -n ${handoff_pids:-} ]] && handoff_report "$name C=64" "$r_tps"
   if [[ -n $metrics_url ]]; then
     local s1 a1 t1
     s1=$(metric "$metrics_url" tccd_wal_syncs)
@@ -411,9 +454,11 @@ run_set() {
       -v t1="$t1" 'BEGIN { printf "tccd WAL during the headline run (warm-up included): %.0f fsyncs/s, mean group %.2f durable appends per fsync (%d fsyncs, %d appends in %.1f s)", s / (t1 - t0), (s > 0 ? a / s : 0), s, a, t1 - t0 }')
     echo "bench.sh: $wal_note" >&2
   fi
+  [[ -n ${handoff_pids:-} ]] && handoff_counts "$handoff_pids"
   run_bench "$name: C=1" "$target" "$pids" "$roles" \
     --concurrency 1 --branches 2 --payload-bytes 100
   single_p50=$r_p50
+  [[ -n ${handoff_pids:-} ]] && handoff_report "$name C=1" "$r_tps"
   local half
   half=$(awk -v t="$headline_tps" 'BEGIN { printf "%.1f", t / 2 }')
   half_load_p99=0
@@ -456,7 +501,10 @@ fi
 tccd_tps=0 tccd_p50=0 tccd_p99=0 tccd_single_p50=0 tccd_half_p99=0
 slow_fsync_tps=0 recovery_tps=0
 if start_tccd_stack normal; then
+  IFS=, read -r tccd_pid bank_a_pid _ <<<"$tccd_pids"
+  handoff_pids="tccd:$tccd_pid,bank-a:$bank_a_pid"
   run_set tccd "$tccd_target" "$tccd_pids" "$tccd_roles" "$tccd_metrics"
+  handoff_pids=""
   tccd_tps=$headline_tps tccd_p50=$headline_p50 tccd_p99=$headline_p99
   tccd_single_p50=$single_p50 tccd_half_p99=$half_load_p99
   cleanup
@@ -496,6 +544,7 @@ mkdir -p "$(dirname "$out")"
   printf '%s\n' "${table_rows[@]}"
   echo
   [[ -n $wal_note ]] && echo "$wal_note." && echo
+  [[ -n $handoff_note ]] && echo "Thread hand-offs: $handoff_note(a bank handles 2 calls per transaction: its Try and its Confirm)." && echo
   [[ -n $recovery_note ]] && echo "$recovery_note" && echo
   echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $load_after; CPU time stolen by the hypervisor over the whole set: $steal_all%."
   echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback, $( [[ $quick == 1 ]] && echo quick || echo full ) set."

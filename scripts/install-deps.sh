@@ -30,6 +30,8 @@ PACKAGES=(
   iproute2 procps psmisc
   # crash drills: a failing fsync (strace -e inject), a jumped wall clock
   strace faketime libfaketime
+  # benchmarks: thread hand-offs (perf stat: context switches, futex calls)
+  linux-perf
 )
 
 missing() {

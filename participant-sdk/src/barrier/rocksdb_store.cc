@@ -193,14 +193,54 @@ absl::StatusOr<std::unique_ptr<RocksDbBarrierStore>> RocksDbBarrierStore::Open(
 void RocksDbBarrierStore::WhenDurable(std::function<void(absl::Status)> done) {
   if (!groups_commits()) return done(absl::OkStatus());
   {
-    std::lock_guard<std::mutex> lock(sync_mu_);
-    if (!sync_stop_) {
+    std::unique_lock<std::mutex> lock(sync_mu_);
+    if (sync_stop_) {
+      lock.unlock();
+      return done(absl::UnavailableError("barrier store is closing"));
+    }
+    if (syncing_ || !sync_waiting_.empty()) {
       sync_waiting_.push_back(std::move(done));
-      sync_cv_.notify_one();
+      if (!syncing_) sync_cv_.notify_one();
       return;
     }
+    syncing_ = true;  // this thread syncs
   }
-  done(absl::UnavailableError("barrier store is closing"));
+  done(SyncNow());
+  bool more;
+  {
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    syncing_ = false;
+    more = !sync_waiting_.empty();
+  }
+  if (more) sync_cv_.notify_one();
+}
+
+absl::Status RocksDbBarrierStore::SyncNow() {
+  // Every commit (and every value read) of the callers so far has a
+  // sequence number up to this one and is in RocksDB's WAL already; one
+  // sync makes them all durable, and none is needed if nothing was written
+  // since the last sync.
+  const rocksdb::SequenceNumber sequence = db_->GetLatestSequenceNumber();
+  absl::Status status = sync_failure_;
+  if (status.ok() && sequence > synced_sequence_) {
+    status = failpoint::Eval("barrier.before_synced_commit");
+    if (status.ok()) {
+      rocksdb::Status s = db_->SyncWAL();
+      if (s.ok()) {
+        synced_sequence_ = sequence;
+      } else {
+        status = FromRocks(s, "sync of the WAL");
+      }
+    }
+    if (!status.ok()) {
+      sync_failure_ = absl::UnavailableError(
+          absl::StrCat("barrier store stopped after a failed sync (restart the "
+                       "participant): ",
+                       status.ToString()));
+      status = sync_failure_;
+    }
+  }
+  return status;
 }
 
 void RocksDbBarrierStore::SyncerLoop() {
@@ -208,36 +248,17 @@ void RocksDbBarrierStore::SyncerLoop() {
     std::vector<std::function<void(absl::Status)>> group;
     {
       std::unique_lock<std::mutex> lock(sync_mu_);
-      sync_cv_.wait(lock,
-                    [this] { return sync_stop_ || !sync_waiting_.empty(); });
+      sync_cv_.wait(lock, [this] {
+        return !syncing_ && (sync_stop_ || !sync_waiting_.empty());
+      });
       if (sync_waiting_.empty()) return;  // stopping, nobody waits
       group.swap(sync_waiting_);
+      syncing_ = true;
     }
-    // Every commit (and every value read) of the group's callers has a
-    // sequence number up to this one and is in RocksDB's WAL already; one
-    // sync makes them all durable, and none is needed if nothing was
-    // written since the last sync.
-    const rocksdb::SequenceNumber sequence = db_->GetLatestSequenceNumber();
-    absl::Status status = sync_failure_;
-    if (status.ok() && sequence > synced_sequence_) {
-      status = failpoint::Eval("barrier.before_synced_commit");
-      if (status.ok()) {
-        rocksdb::Status s = db_->SyncWAL();
-        if (s.ok()) {
-          synced_sequence_ = sequence;
-        } else {
-          status = FromRocks(s, "sync of the WAL");
-        }
-      }
-      if (!status.ok()) {
-        sync_failure_ = absl::UnavailableError(absl::StrCat(
-            "barrier store stopped after a failed sync (restart the "
-            "participant): ",
-            status.ToString()));
-        status = sync_failure_;
-      }
-    }
+    const absl::Status status = SyncNow();
     for (auto& done : group) done(status);
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    syncing_ = false;
   }
 }
 

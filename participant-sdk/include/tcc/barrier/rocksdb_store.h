@@ -78,17 +78,24 @@ class RocksDbBarrierStore final : public BarrierStore {
   class Txn;
   RocksDbBarrierStore(Options options) : options_(std::move(options)) {}
   void SyncerLoop();
+  // One sync for everything committed so far. REQUIRES: the caller set
+  // syncing_ (one sync at a time).
+  absl::Status SyncNow();
 
   Options options_;
-  // Group commit: callers waiting for the next sync, and the syncer.
+  // Group commit: callers waiting for the next sync, and the syncer. A
+  // WhenDurable that finds nobody syncing and nobody waiting syncs on its
+  // own thread (no hand-off to the syncer); under load callers queue and
+  // the syncer serves them as a group.
   std::mutex sync_mu_;
   std::condition_variable sync_cv_;
   std::vector<std::function<void(absl::Status)>> sync_waiting_;
   bool sync_stop_ = false;
-  // The last sequence number known durable (syncer thread only).
+  bool syncing_ = false;  // a sync runs (guarded by sync_mu_)
+  // The last sequence number known durable (whoever syncs, one at a time).
   rocksdb::SequenceNumber synced_sequence_ = 0;
-  // The first failed sync, answered to every later group too (syncer thread
-  // only): after a failed fsync the kernel may have dropped the unsynced
+  // The first failed sync, answered to every later group too (whoever
+  // syncs): after a failed fsync the kernel may have dropped the unsynced
   // pages, so a later sync that succeeds proves nothing about them.
   absl::Status sync_failure_;
   std::thread syncer_;
