@@ -73,10 +73,22 @@ absl::Status WriteSyncedFile(const std::filesystem::path& path,
   return absl::OkStatus();
 }
 
-uint64_t DecodeU64Value(const std::string& value) {
+// Reads one of the counters stored under m/ (owner epoch, deduplication
+// horizon, live bytes); 0 when the key is absent (a new log). Only absent
+// is 0: a read error or a value that is not exactly one u64 fails, because
+// a counter started again from 0 would go back (DESIGN.md section 7).
+absl::StatusOr<uint64_t> ReadCounter(rocksdb::DB& db, const char* key) {
+  std::string value;
+  const rocksdb::Status got = db.Get(rocksdb::ReadOptions(), key, &value);
+  if (got.IsNotFound()) return 0;
+  if (!got.ok()) return FromRocks(got, absl::StrCat("reading ", key));
   std::string_view in = value;
   uint64_t v = 0;
-  if (!internal::GetU64(in, v)) return 0;
+  if (!internal::GetU64(in, v) || !in.empty()) {
+    return absl::DataLossError(absl::StrCat("WAL: stored ", key, " holds ",
+                                            value.size(),
+                                            " bytes, not an 8-byte counter"));
+  }
   return v;
 }
 
@@ -457,16 +469,15 @@ absl::Status RocksDbLog::Impl::Open() {
     }
   }
 
-  std::string value;
-  if (db_->Get(rocksdb::ReadOptions(), keys::kOwnerEpoch, &value).ok()) {
-    owner_epoch_ = DecodeU64Value(value);
-  }
-  if (db_->Get(rocksdb::ReadOptions(), keys::kDedupHorizon, &value).ok()) {
-    horizon_ = static_cast<int64_t>(DecodeU64Value(value));
-  }
-  if (db_->Get(rocksdb::ReadOptions(), keys::kLiveBytes, &value).ok()) {
-    live_bytes_ = static_cast<int64_t>(DecodeU64Value(value));
-  }
+  absl::StatusOr<uint64_t> epoch = ReadCounter(*db_, keys::kOwnerEpoch);
+  if (!epoch.ok()) return epoch.status();
+  absl::StatusOr<uint64_t> horizon = ReadCounter(*db_, keys::kDedupHorizon);
+  if (!horizon.ok()) return horizon.status();
+  absl::StatusOr<uint64_t> live_bytes = ReadCounter(*db_, keys::kLiveBytes);
+  if (!live_bytes.ok()) return live_bytes.status();
+  owner_epoch_ = *epoch;
+  horizon_ = static_cast<int64_t>(*horizon);
+  live_bytes_ = static_cast<int64_t>(*live_bytes);
   int64_t unfinished = 0;
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions()));

@@ -36,7 +36,10 @@
 // runs RocksDB with WALRecoveryMode::kPointInTimeRecovery after a check of
 // the WAL files of its own (wal/src/internal/wal_file_check.h says why). A
 // data dir whose marker exists but whose database does not is DATA_LOSS: the
-// log never starts over on an empty database when it had state.
+// log never starts over on an empty database when it had state. A stored
+// counter (owner epoch, deduplication horizon, live bytes) is 0 only when
+// absent: one that does not decode fails Open with DATA_LOSS naming its key,
+// one that can't be read with the read's error (they never go back).
 //
 // Retention: RunRetention scans the finished-transaction indexes on the
 // caller's thread and hands the removals to the writer in small batches, so
