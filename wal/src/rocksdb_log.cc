@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -42,8 +43,16 @@ namespace keys = internal::keys;
 constexpr char kMarkerName[] = "TCC_WAL";
 constexpr char kMarkerText[] = "tccd write-ahead log; the database is in db/\n";
 
+constexpr char kNoSpace[] = "no space left on device";
+
+// The one mapping of RocksDB's statuses for the log: corruption is
+// DATA_LOSS, a full disk RESOURCE_EXHAUSTED, any other failure UNAVAILABLE.
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
+  if (s.IsNoSpace()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "WAL: ", std::string(what), ": ", kNoSpace, " (", s.ToString(), ")"));
+  }
   std::string message =
       absl::StrCat("WAL: ", std::string(what), ": ", s.ToString());
   if (s.IsCorruption()) return absl::DataLossError(message);
@@ -51,25 +60,39 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   return absl::UnavailableError(message);
 }
 
+// The same for a system call's errno.
+absl::Status FromErrno(int err, std::string_view what) {
+  if (err == ENOSPC) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("WAL: ", std::string(what), ": ", kNoSpace));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("WAL: ", std::string(what), ": ", std::strerror(err)));
+}
+
 // Writes a small file and syncs it and its directory.
 absl::Status WriteSyncedFile(const std::filesystem::path& path,
                              std::string_view text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("WAL: can't create ", path.string()));
+  if (fd < 0) return FromErrno(errno, "can't create " + path.string());
+  int err = 0;
+  const ssize_t written = ::write(fd, text.data(), text.size());
+  if (written < 0) {
+    err = errno;
+  } else if (static_cast<size_t>(written) < text.size()) {
+    err = ENOSPC;  // a short write of a few bytes: the disk is full
+  } else if (::fsync(fd) != 0) {
+    err = errno;
   }
-  const bool ok = ::write(fd, text.data(), text.size()) ==
-                      static_cast<ssize_t>(text.size()) &&
-                  ::fsync(fd) == 0;
   ::close(fd);
+  if (err != 0) return FromErrno(err, "can't write " + path.string());
   const int dir = ::open(path.parent_path().c_str(), O_RDONLY);
-  const bool dir_ok = dir >= 0 && ::fsync(dir) == 0;
-  if (dir >= 0) ::close(dir);
-  if (!ok || !dir_ok) {
-    return absl::UnavailableError(
-        absl::StrCat("WAL: can't write ", path.string()));
+  if (dir < 0 || ::fsync(dir) != 0) {
+    err = errno;
+    if (dir >= 0) ::close(dir);
+    return FromErrno(err, "can't sync " + path.parent_path().string());
   }
+  ::close(dir);
   return absl::OkStatus();
 }
 
@@ -233,6 +256,10 @@ class RocksDbLog::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     return failure_;
   }
+  absl::Status failure_cause() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failure_cause_;
+  }
   double MeanGroupSize() const {
     const uint64_t syncs = syncs_.load();
     return syncs == 0 ? 0.0
@@ -340,6 +367,7 @@ class RocksDbLog::Impl {
   std::vector<WorkItem> queue_;
   bool stop_ = false;
   absl::Status failure_;
+  absl::Status failure_cause_;  // what made failure_, with its own code
   std::thread writer_;
   // Written durable items waiting for the syncer (guarded by mu_).
   std::vector<SyncWaiter> syncing_;
@@ -366,10 +394,7 @@ absl::Status RocksDbLog::Impl::Open() {
   db_dir_ = data_dir / "db";
   std::error_code ec;
   fs::create_directories(data_dir, ec);
-  if (ec) {
-    return absl::UnavailableError(absl::StrCat(
-        "WAL: can't create ", data_dir.string(), ": ", ec.message()));
-  }
+  if (ec) return FromErrno(ec.value(), "can't create " + data_dir.string());
   const fs::path marker = data_dir / kMarkerName;
   const bool had_marker = fs::exists(marker);
   const bool had_db = fs::exists(db_dir_ / "CURRENT");
@@ -394,8 +419,9 @@ absl::Status RocksDbLog::Impl::Open() {
   // The writer writes, then flushes the WAL (the "written" point for
   // buffered appends), then syncs once per group (the durable point).
   options.manual_wal_flush = true;
-  options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  options.keep_log_file_num = 3;
+  // No LOG file in the data dir (a full disk made RocksDB's LOG writer
+  // abort the process): its warnings and errors go to our sink.
+  options.info_log = rocksdb_env::NewInfoLog(options_.info_log);
   options.max_background_jobs = 2;
   auto insert_hints = std::make_shared<InsertHintPrefix>();
   options.memtable_insert_with_hint_prefix_extractor = insert_hints;
@@ -551,7 +577,10 @@ void RocksDbLog::Impl::FailStop(absl::Status status, Items& own) {
   std::vector<SyncWaiter> unsynced;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failure_.ok()) failure_ = failure;
+    if (failure_.ok()) {
+      failure_ = failure;
+      failure_cause_ = std::move(status);
+    }
     failure = failure_;
     queued.swap(queue_);
     unsynced.swap(syncing_);
@@ -1452,6 +1481,10 @@ int64_t RocksDbLog::DedupHorizonMs() const { return impl_->horizon(); }
 LogStats RocksDbLog::Stats() const { return impl_->Stats(); }
 
 absl::Status RocksDbLog::failure() const { return impl_->failure(); }
+
+absl::Status RocksDbLog::failure_cause() const {
+  return impl_->failure_cause();
+}
 
 double RocksDbLog::MeanGroupSize() const { return impl_->MeanGroupSize(); }
 

@@ -28,7 +28,12 @@
 //
 // Fail-stop: a failed write or sync (or an `error` failpoint) fails every
 // item of the group and everything queued with UNAVAILABLE, and refuses
-// everything later; failure() says why (a daemon exits non-zero on it).
+// everything later; failure() says why (a daemon exits non-zero on it), and
+// failure_cause() is that write's or sync's own error.
+//
+// A full disk: RocksDB's no-space errors are RESOURCE_EXHAUSTED "no space
+// left on device" (Open, failure_cause()), and so is ENOSPC while Open
+// creates the data dir or writes the marker.
 //
 // Opening: a torn unsynced tail of RocksDB's WAL is dropped; a corrupt
 // record with records after it, corrupt tables or an unknown format version
@@ -59,6 +64,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "tcc/rocksdb_env/info_log.h"
 #include "tcc/wal/log.h"
 
 namespace rocksdb {
@@ -76,6 +82,9 @@ struct RocksDbLogOptions {
   size_t retention_batch = 256;
   // The file system RocksDB runs on (tests inject faults); null: the OS's.
   std::shared_ptr<rocksdb::FileSystem> file_system;
+  // Where RocksDB's warnings and errors go (its info log; no LOG file is
+  // written in the data dir). Null: stderr.
+  rocksdb_env::InfoLogSink info_log = nullptr;
 };
 
 class RocksDbLog final : public Log {
@@ -104,8 +113,12 @@ class RocksDbLog final : public Log {
   int64_t DedupHorizonMs() const override;
   LogStats Stats() const override;
 
-  // OK while the log works; the fail-stop error once it failed.
+  // OK while the log works; the fail-stop error (UNAVAILABLE) once it
+  // failed.
   absl::Status failure() const;
+  // OK while the log works; once it failed, the error of the write or sync
+  // that stopped it, with its own code (RESOURCE_EXHAUSTED: no space left).
+  absl::Status failure_cause() const;
 
   // Durable appends completed per sync so far (the mean group size).
   double MeanGroupSize() const;
