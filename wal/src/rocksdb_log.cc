@@ -41,6 +41,13 @@ using internal::StoredSummary;
 namespace keys = internal::keys;
 
 constexpr char kMarkerName[] = "TCC_WAL";
+// RocksDB's WAL buffer (Options::writable_file_max_buffer_size). The writer
+// empties it with FlushWAL after every group, so a group whose batch fits in
+// half of it stays in the buffer during Write and reaches the file only in
+// FlushWAL, which takes turns with the syncs (io_mu_). A bigger group may be
+// written to the file inside Write: it takes its turn for the Write too (a
+// sync after a failed write to the file would make RocksDB assert).
+constexpr size_t kWalBufferBytes = 1 << 20;
 constexpr char kMarkerText[] = "tccd write-ahead log; the database is in db/\n";
 
 constexpr char kNoSpace[] = "no space left on device";
@@ -422,6 +429,9 @@ absl::Status RocksDbLog::Impl::Open() {
   // No LOG file in the data dir (a full disk made RocksDB's LOG writer
   // abort the process): its warnings and errors go to our sink.
   options.info_log = rocksdb_env::NewInfoLog(options_.info_log);
+  // Where RocksDB's WAL buffer moves to the file inside Write: see
+  // kWalBufferBytes.
+  options.writable_file_max_buffer_size = kWalBufferBytes;
   options.max_background_jobs = 2;
   auto insert_hints = std::make_shared<InsertHintPrefix>();
   options.memtable_insert_with_hint_prefix_extractor = insert_hints;
@@ -967,14 +977,20 @@ void RocksDbLog::Impl::ProcessGroup(std::vector<WorkItem>& group) {
   absl::Status s = failure();
   if (s.ok()) s = failpoint::Eval("wal.before_write");
   if (s.ok()) {
-    s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
-  }
-  if (s.ok()) {
-    std::lock_guard<std::mutex> io(io_mu_);
-    s = failure();
+    std::unique_lock<std::mutex> io(io_mu_, std::defer_lock);
+    if (batch.GetDataSize() > kWalBufferBytes / 2) {
+      io.lock();  // Write may write the file (kWalBufferBytes)
+      s = failure();
+    }
+    if (s.ok()) {
+      s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
+    }
+    if (s.ok() && !io.owns_lock()) io.lock();
+    if (s.ok()) s = failure();
     if (s.ok()) s = FromRocks(db_->FlushWAL(false), "write of the WAL");
     if (!s.ok()) {
-      FailStop(std::move(s), group);  // under io_mu_: before any next sync
+      // Under io_mu_ whenever the file was written: before any next sync.
+      FailStop(std::move(s), group);
       return;
     }
   }
