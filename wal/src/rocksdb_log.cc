@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -33,6 +34,7 @@
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 #include "tcc/failpoint/failpoint.h"
+#include "tcc/rocksdb_env/owner_only_files.h"
 
 namespace tcc::wal {
 namespace {
@@ -80,7 +82,7 @@ absl::Status FromErrno(int err, std::string_view what) {
 // Writes a small file and syncs it and its directory.
 absl::Status WriteSyncedFile(const std::filesystem::path& path,
                              std::string_view text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd < 0) return FromErrno(errno, "can't create " + path.string());
   int err = 0;
   const ssize_t written = ::write(fd, text.data(), text.size());
@@ -342,6 +344,8 @@ class RocksDbLog::Impl {
                                  SummaryEntry* warm = nullptr);
   // Runs `item` through the writer and waits for it.
   absl::Status SubmitAndWait(WorkItem item);
+  // A warning of the log's own, to the info log's sink (or stderr).
+  void Warn(const std::string& line) const;
 
   const RocksDbLogOptions options_;
   std::unique_ptr<rocksdb::Env> env_;  // outlives db_
@@ -399,9 +403,23 @@ absl::Status RocksDbLog::Impl::Open() {
   }
   const fs::path data_dir(options_.data_dir);
   db_dir_ = data_dir / "db";
-  std::error_code ec;
-  fs::create_directories(data_dir, ec);
-  if (ec) return FromErrno(ec.value(), "can't create " + data_dir.string());
+  if (std::error_code ec = rocksdb_env::CreateOwnerOnlyDirectories(data_dir);
+      ec) {
+    return FromErrno(ec.value(), "can't create " + data_dir.string());
+  }
+  // The log holds every payload: nothing in it is for group or others. A
+  // data dir left looser (by an older tccd) is tightened, and said so.
+  int tightened = 0;
+  if (std::error_code ec = rocksdb_env::RestrictToOwner(data_dir, &tightened);
+      ec) {
+    return FromErrno(ec.value(),
+                     "can't make " + data_dir.string() + " owner-only");
+  }
+  if (tightened > 0) {
+    Warn(absl::StrCat("WAL: ", tightened, " files and directories in ",
+                      data_dir.string(),
+                      " were open to group or others; made owner-only"));
+  }
   const fs::path marker = data_dir / kMarkerName;
   const bool had_marker = fs::exists(marker);
   const bool had_db = fs::exists(db_dir_ / "CURRENT");
@@ -455,10 +473,11 @@ absl::Status RocksDbLog::Impl::Open() {
   table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   options.table_factory.reset(
       rocksdb::NewBlockBasedTableFactory(table_options));
-  if (options_.file_system != nullptr) {
-    env_ = rocksdb::NewCompositeEnv(options_.file_system);
-    options.env = env_.get();
-  }
+  // Every file 0600 and directory 0700, over the injected file system if
+  // any; the process-wide default Env is left as it is.
+  env_ = rocksdb::NewCompositeEnv(
+      rocksdb_env::NewOwnerOnlyFileSystem(options_.file_system));
+  options.env = env_.get();
   rocksdb::DB* raw = nullptr;
   rocksdb::Status opened = rocksdb::DB::Open(options, db_dir_.string(), &raw);
   if (!opened.ok()) {
@@ -528,6 +547,14 @@ absl::Status RocksDbLog::Impl::Open() {
   syncer_ = std::thread([this] { SyncerLoop(); });
   writer_ = std::thread([this] { WriterLoop(); });
   return absl::OkStatus();
+}
+
+void RocksDbLog::Impl::Warn(const std::string& line) const {
+  if (options_.info_log) {
+    options_.info_log(rocksdb_env::InfoLogSeverity::kWarning, line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
 }
 
 void RocksDbLog::Impl::Enqueue(WorkItem item) {

@@ -25,6 +25,7 @@
 #include "server/instrumented_transport.h"
 #include "server/metrics.h"
 #include "server/tls.h"
+#include "tcc/rocksdb_env/owner_only_files.h"
 #include "tcc/wal/rocksdb_log.h"
 
 namespace tcc::server {
@@ -140,14 +141,30 @@ runtime::DriverOptions DriverOptionsFrom(const Config& c) {
 absl::Status Server::Impl::Start(const Config& config,
                                  const std::string& version) {
   config_ = config;
-  std::error_code ec;
-  std::filesystem::create_directories(config.data_dir, ec);
-  if (ec) {
+  // Nothing in data_dir is for group or others (the WAL holds every
+  // payload): created 0700, and a looser one tightened, with a warning.
+  if (std::error_code ec =
+          rocksdb_env::CreateOwnerOnlyDirectories(config.data_dir);
+      ec) {
     const std::string message = absl::StrCat("data_dir ", config.data_dir,
                                              ": cannot create: ", ec.message());
     return ec == std::errc::no_space_on_device
                ? absl::ResourceExhaustedError(message)
                : absl::FailedPreconditionError(message);
+  }
+  int tightened = 0;
+  if (std::error_code ec =
+          rocksdb_env::RestrictToOwner(config.data_dir, &tightened);
+      ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data_dir ", config.data_dir,
+                     ": cannot make it owner-only: ", ec.message()));
+  }
+  if (tightened > 0) {
+    spdlog::warn(
+        "data_dir {}: {} files and directories were open to group or "
+        "others; made owner-only",
+        config.data_dir, tightened);
   }
   wal::RocksDbLogOptions wal_options;
   wal_options.data_dir = (std::filesystem::path(config.data_dir) / "wal");

@@ -17,6 +17,7 @@
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/table.h"
 #include "tcc/failpoint/failpoint.h"
+#include "tcc/rocksdb_env/owner_only_files.h"
 
 namespace tcc::barrier {
 namespace {
@@ -298,14 +299,32 @@ absl::StatusOr<std::unique_ptr<RocksDbBarrierStore>> RocksDbBarrierStore::Open(
       }
     };
   }
-  db_options.info_log = rocksdb_env::NewInfoLog(std::move(sink));
+  // The store holds the business data and every barrier: nothing in it is
+  // for group or others. Files 0600, directories 0700; a store left looser
+  // is tightened, with a warning.
+  const std::string& path = store->options_.path;
+  int tightened = 0;
+  if (std::error_code ec = rocksdb_env::RestrictToOwner(path, &tightened);
+      ec && ec != std::errc::no_such_file_or_directory) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rocksdb open ", path, ": can't make it owner-only: ", ec.message()));
+  }
+  if (tightened > 0) {
+    sink(rocksdb_env::InfoLogSeverity::kWarning,
+         absl::StrCat("barrier store ", path, ": ", tightened,
+                      " files and directories were open to group or "
+                      "others; made owner-only"));
+  }
+  db_options.info_log = rocksdb_env::NewInfoLog(sink);
+  std::shared_ptr<rocksdb::FileSystem> files =
+      rocksdb_env::NewOwnerOnlyFileSystem(nullptr);
   if (store->groups_commits()) {
     WalTurns* turns = store->wal_turns_.get();
-    store->env_ = rocksdb::NewCompositeEnv(std::make_shared<WalSyncWatch>(
-        rocksdb::FileSystem::Default(),
-        [turns] { turns->NewestWalSyncStarts(); }));
-    db_options.env = store->env_.get();
+    files = std::make_shared<WalSyncWatch>(
+        std::move(files), [turns] { turns->NewestWalSyncStarts(); });
   }
+  store->env_ = rocksdb::NewCompositeEnv(std::move(files));
+  db_options.env = store->env_.get();
   db_options.create_missing_column_families = true;
   // Concurrent synced commits are group committed by RocksDB's write thread:
   // one leader writes and syncs the WAL for the group while the others wait.

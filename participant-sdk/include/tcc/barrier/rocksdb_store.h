@@ -23,7 +23,10 @@
 // through its LocalTxn only (not through db() directly), so that no sync
 // runs after a failed write. A full disk is RESOURCE_EXHAUSTED "no space
 // left on device" (Open, Commit); RocksDB's info log goes to
-// Options::info_log, not to a LOG file next to the data.
+// Options::info_log, not to a LOG file next to the data. Every file of the
+// store is 0600 and every directory 0700 (tcc/rocksdb_env/
+// owner_only_files.h); Open tightens a store it finds looser, with a warning
+// to info_log.
 //
 // Thread-safe; one RocksDbTxn per thread at a time.
 #pragma once

@@ -5,7 +5,9 @@
 // Data dir layout: <data_dir>/TCC_WAL (a marker, written once the database
 // exists) and <data_dir>/db (RocksDB). The key layout is documented in
 // wal/src/internal/rocksdb_keys.h, the value encodings in
-// wal/src/record_codec.h.
+// wal/src/record_codec.h. Everything in the data dir is the owner's alone
+// (files 0600, directories 0700, whatever the umask): Open creates it so and
+// tightens what it finds looser, with a warning to `info_log`.
 //
 // Group commit: one writer thread owns every write. Append, PutApproval,
 // TakeOwnerEpoch and the removals of RunRetention queue up; the writer takes
