@@ -122,6 +122,8 @@ int main(int argc, char** argv) {
         return 3;
       case absl::StatusCode::kInvalidArgument:  // e.g. admin.token_file
         return 2;
+      case absl::StatusCode::kResourceExhausted:  // no space on the data dir
+        return 4;
       default:
         return 1;
     }

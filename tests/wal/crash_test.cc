@@ -16,6 +16,8 @@
 #include "internal/rocksdb_keys.h"
 #include "log_test_util.h"
 #include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/table.h"
 #include "tcc/failpoint/failpoint.h"
 #include "tcc/wal/rocksdb_log.h"
 #include "temp_dir.h"
@@ -443,6 +445,104 @@ TEST_CASE("an unknown format version or a corrupt stored value is DATA_LOSS") {
     CHECK(absl::IsDataLoss(log.status()));
     CHECK(std::string(log.status().message()).find("format version 2") !=
           std::string::npos);
+  }
+}
+
+TEST_CASE("a stored counter that does not decode fails the open, naming it") {
+  const std::string key = GENERATE(std::string(internal::keys::kOwnerEpoch),
+                                   std::string(internal::keys::kDedupHorizon),
+                                   std::string(internal::keys::kLiveBytes));
+  const size_t size = GENERATE(0, 3, 9);  // a counter is 8 bytes
+  INFO(key << " holding " << size << " bytes");
+  TempDir dir;
+  RocksDbLogOptions options;
+  options.data_dir = dir.str();
+  {
+    auto log = OpenOrDie(options);
+    REQUIRE(log->TakeOwnerEpoch().ok());
+    REQUIRE(AppendAndWait(*log, Req("g", {MakeRegistered("g", 1)})).ok());
+  }
+  RawPut(dir, key, std::string(size, '\x07'));
+  absl::StatusOr<std::unique_ptr<RocksDbLog>> log = RocksDbLog::Open(options);
+  REQUIRE_FALSE(log.ok());
+  CHECK(absl::IsDataLoss(log.status()));
+  CHECK(std::string(log.status().message()).find(key) != std::string::npos);
+}
+
+// Flushes the closed log's memtable into a table file (past the log), with
+// a Bloom filter as the log's own tables have: a lookup of a key the table
+// does not hold reads none of its data.
+void RawFlush(const TempDir& dir) {
+  rocksdb::Options options;
+  rocksdb::BlockBasedTableOptions table_options;
+  table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  options.table_factory.reset(
+      rocksdb::NewBlockBasedTableFactory(table_options));
+  rocksdb::DB* db = nullptr;
+  REQUIRE(rocksdb::DB::Open(options, (dir.path() / "db").string(), &db).ok());
+  REQUIRE(db->Flush(rocksdb::FlushOptions()).ok());
+  delete db;
+}
+
+// The table file of the closed log that holds `key` and nothing else.
+std::string TableHoldingOnly(const TempDir& dir, const std::string& key) {
+  rocksdb::DB* db = nullptr;
+  REQUIRE(
+      rocksdb::DB::Open(rocksdb::Options(), (dir.path() / "db").string(), &db)
+          .ok());
+  std::vector<rocksdb::LiveFileMetaData> tables;
+  db->GetLiveFilesMetaData(&tables);
+  delete db;
+  for (const rocksdb::LiveFileMetaData& t : tables) {
+    if (t.smallestkey == key && t.largestkey == key) {
+      return t.db_path + "/" + t.relative_filename;
+    }
+  }
+  FAIL("no table holds only " << key);
+  return "";
+}
+
+TEST_CASE("a stored counter that can't be read fails the open") {
+  // The owner epoch alone in a table file of its own (the format version is
+  // in another), whose data block then reads back an I/O error or a block
+  // that fails its checksum.
+  const bool damaged = GENERATE(false, true);
+  INFO((damaged ? "damaged block" : "read error"));
+  TempDir dir;
+  RocksDbLogOptions options;
+  options.data_dir = dir.str();
+  { auto log = OpenOrDie(options); }
+  RawFlush(dir);
+  {
+    auto log = OpenOrDie(options);
+    REQUIRE(log->TakeOwnerEpoch().ok());
+  }
+  RawFlush(dir);
+  const std::string table = TableHoldingOnly(dir, internal::keys::kOwnerEpoch);
+  const uint64_t table_size = std::filesystem::file_size(table);
+  INFO(table << ", " << table_size << " bytes");
+  auto fs = std::make_shared<FaultInjectionFs>();
+  if (damaged) {
+    Overwrite(table, 0, std::string(16, '\xff'));
+  } else {
+    // Offset 0 is the data block; opening the table reads its tail (the
+    // whole of a file this small) in one read first.
+    fs->FailReads([table, table_size](const std::string& fname, uint64_t offset,
+                                      size_t n) {
+      return fname == table && offset == 0 && n < table_size;
+    });
+    options.file_system = fs;
+  }
+  absl::StatusOr<std::unique_ptr<RocksDbLog>> log = RocksDbLog::Open(options);
+  if (!damaged) CHECK(fs->failed_reads() > 0);
+  REQUIRE_FALSE(log.ok());
+  INFO(log.status().ToString());
+  CHECK(std::string(log.status().message()).find(internal::keys::kOwnerEpoch) !=
+        std::string::npos);
+  if (damaged) {
+    CHECK(absl::IsDataLoss(log.status()));
+  } else {
+    CHECK(absl::IsUnavailable(log.status()));
   }
 }
 

@@ -76,6 +76,34 @@ class TrackedFile : public rocksdb::FSWritableFileOwnerWrapper {
   std::string fname_;
 };
 
+class ReadCheckedFile : public rocksdb::FSRandomAccessFileOwnerWrapper {
+ public:
+  ReadCheckedFile(FaultInjectionFs* fs, std::string fname,
+                  std::unique_ptr<rocksdb::FSRandomAccessFile> base)
+      : FSRandomAccessFileOwnerWrapper(std::move(base)),
+        fs_(fs),
+        fname_(std::move(fname)) {}
+
+  IOStatus Read(uint64_t offset, size_t n, const IOOptions& options,
+                Slice* result, char* scratch,
+                IODebugContext* dbg) const override {
+    if (IOStatus s = fs_->OnRead(fname_, offset, n); !s.ok()) return s;
+    return target()->Read(offset, n, options, result, scratch, dbg);
+  }
+  IOStatus MultiRead(rocksdb::FSReadRequest* reqs, size_t num_reqs,
+                     const IOOptions& options, IODebugContext* dbg) override {
+    for (size_t i = 0; i < num_reqs; ++i) {
+      reqs[i].status = Read(reqs[i].offset, reqs[i].len, options,
+                            &reqs[i].result, reqs[i].scratch, dbg);
+    }
+    return IOStatus::OK();
+  }
+
+ private:
+  FaultInjectionFs* fs_;
+  std::string fname_;
+};
+
 }  // namespace
 
 FaultInjectionFs::FaultInjectionFs(std::shared_ptr<rocksdb::FileSystem> base)
@@ -163,6 +191,25 @@ IOStatus FaultInjectionFs::RenameFile(const std::string& src,
   return s;
 }
 
+IOStatus FaultInjectionFs::NewRandomAccessFile(
+    const std::string& fname, const rocksdb::FileOptions& opts,
+    std::unique_ptr<rocksdb::FSRandomAccessFile>* result, IODebugContext* dbg) {
+  IOStatus s = target()->NewRandomAccessFile(fname, opts, result, dbg);
+  if (!s.ok()) return s;
+  *result = std::make_unique<ReadCheckedFile>(this, fname, std::move(*result));
+  return s;
+}
+
+IOStatus FaultInjectionFs::OnRead(const std::string& fname, uint64_t offset,
+                                  size_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (fail_reads_ && fail_reads_(fname, offset, n)) {
+    ++failed_reads_;
+    return IOStatus::IOError("FaultInjectionFs: read fails");
+  }
+  return IOStatus::OK();
+}
+
 IOStatus FaultInjectionFs::OnAppend(const std::string& fname, size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (frozen_) return IOStatus::IOError("FaultInjectionFs: frozen");
@@ -229,6 +276,7 @@ void FaultInjectionFs::SimulateCrash(TearMode mode, std::mt19937_64& rng) {
   frozen_ = false;
   fail_writes_ = false;
   fail_syncs_ = false;
+  fail_reads_ = nullptr;
 }
 
 void FaultInjectionFs::FailWrites() {
@@ -245,6 +293,17 @@ void FaultInjectionFs::ClearFailures() {
   std::lock_guard<std::mutex> lock(mu_);
   fail_writes_ = false;
   fail_syncs_ = false;
+  fail_reads_ = nullptr;
+}
+
+void FaultInjectionFs::FailReads(ReadFilter which) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fail_reads_ = std::move(which);
+}
+
+uint64_t FaultInjectionFs::failed_reads() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_reads_;
 }
 
 void FaultInjectionFs::SetSyncDelay(std::function<void()> delay) {

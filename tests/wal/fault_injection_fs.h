@@ -9,6 +9,7 @@
 // every write and sync fails, so closing the DB persists nothing more.
 //
 // It can also fail the next write or sync with an IOError (fail-stop tests),
+// fail the reads that a predicate picks (a file that can't be read back),
 // and delay every sync (the benchmark's slow disk; the delay runs through an
 // injected sleeper, so this file reads no clock).
 //
@@ -60,6 +61,10 @@ class FaultInjectionFs : public rocksdb::FileSystemWrapper {
                                const std::string& target,
                                const rocksdb::IOOptions& options,
                                rocksdb::IODebugContext* dbg) override;
+  rocksdb::IOStatus NewRandomAccessFile(
+      const std::string& fname, const rocksdb::FileOptions& opts,
+      std::unique_ptr<rocksdb::FSRandomAccessFile>* result,
+      rocksdb::IODebugContext* dbg) override;
 
   // From now on every write and sync fails (the machine is off).
   void Freeze();
@@ -73,6 +78,14 @@ class FaultInjectionFs : public rocksdb::FileSystemWrapper {
   void FailSyncs();
   void ClearFailures();
 
+  // Every random-access read (table files) for which `which(file name,
+  // offset, length)` is true fails with an IOError, until ClearFailures().
+  using ReadFilter =
+      std::function<bool(const std::string& fname, uint64_t offset, size_t n)>;
+  void FailReads(ReadFilter which);
+  // Reads failed so far.
+  uint64_t failed_reads() const;
+
   // Every sync calls `delay` first (nullptr: none).
   void SetSyncDelay(std::function<void()> delay);
 
@@ -83,6 +96,7 @@ class FaultInjectionFs : public rocksdb::FileSystemWrapper {
   uint64_t WrittenSize(const std::string& fname);
   rocksdb::IOStatus OnSync(const std::string& fname, uint64_t written);
   rocksdb::IOStatus OnTruncate(const std::string& fname, uint64_t size);
+  rocksdb::IOStatus OnRead(const std::string& fname, uint64_t offset, size_t n);
 
  private:
   struct FileState {
@@ -98,6 +112,8 @@ class FaultInjectionFs : public rocksdb::FileSystemWrapper {
   bool frozen_ = false;
   bool fail_writes_ = false;
   bool fail_syncs_ = false;
+  ReadFilter fail_reads_;
+  uint64_t failed_reads_ = 0;
   uint64_t syncs_ = 0;
   std::function<void()> sync_delay_;
 };

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -33,6 +35,7 @@
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 #include "tcc/failpoint/failpoint.h"
+#include "tcc/rocksdb_env/owner_only_files.h"
 
 namespace tcc::wal {
 namespace {
@@ -41,10 +44,25 @@ using internal::StoredSummary;
 namespace keys = internal::keys;
 
 constexpr char kMarkerName[] = "TCC_WAL";
+// RocksDB's WAL buffer (Options::writable_file_max_buffer_size). The writer
+// empties it with FlushWAL after every group, so a group whose batch fits in
+// half of it stays in the buffer during Write and reaches the file only in
+// FlushWAL, which takes turns with the syncs (io_mu_). A bigger group may be
+// written to the file inside Write: it takes its turn for the Write too (a
+// sync after a failed write to the file would make RocksDB assert).
+constexpr size_t kWalBufferBytes = 1 << 20;
 constexpr char kMarkerText[] = "tccd write-ahead log; the database is in db/\n";
 
+constexpr char kNoSpace[] = "no space left on device";
+
+// The one mapping of RocksDB's statuses for the log: corruption is
+// DATA_LOSS, a full disk RESOURCE_EXHAUSTED, any other failure UNAVAILABLE.
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
+  if (s.IsNoSpace()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "WAL: ", std::string(what), ": ", kNoSpace, " (", s.ToString(), ")"));
+  }
   std::string message =
       absl::StrCat("WAL: ", std::string(what), ": ", s.ToString());
   if (s.IsCorruption()) return absl::DataLossError(message);
@@ -52,32 +70,58 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   return absl::UnavailableError(message);
 }
 
+// The same for a system call's errno.
+absl::Status FromErrno(int err, std::string_view what) {
+  if (err == ENOSPC) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("WAL: ", std::string(what), ": ", kNoSpace));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("WAL: ", std::string(what), ": ", std::strerror(err)));
+}
+
 // Writes a small file and syncs it and its directory.
 absl::Status WriteSyncedFile(const std::filesystem::path& path,
                              std::string_view text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("WAL: can't create ", path.string()));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) return FromErrno(errno, "can't create " + path.string());
+  int err = 0;
+  const ssize_t written = ::write(fd, text.data(), text.size());
+  if (written < 0) {
+    err = errno;
+  } else if (static_cast<size_t>(written) < text.size()) {
+    err = ENOSPC;  // a short write of a few bytes: the disk is full
+  } else if (::fsync(fd) != 0) {
+    err = errno;
   }
-  const bool ok = ::write(fd, text.data(), text.size()) ==
-                      static_cast<ssize_t>(text.size()) &&
-                  ::fsync(fd) == 0;
   ::close(fd);
+  if (err != 0) return FromErrno(err, "can't write " + path.string());
   const int dir = ::open(path.parent_path().c_str(), O_RDONLY);
-  const bool dir_ok = dir >= 0 && ::fsync(dir) == 0;
-  if (dir >= 0) ::close(dir);
-  if (!ok || !dir_ok) {
-    return absl::UnavailableError(
-        absl::StrCat("WAL: can't write ", path.string()));
+  if (dir < 0 || ::fsync(dir) != 0) {
+    err = errno;
+    if (dir >= 0) ::close(dir);
+    return FromErrno(err, "can't sync " + path.parent_path().string());
   }
+  ::close(dir);
   return absl::OkStatus();
 }
 
-uint64_t DecodeU64Value(const std::string& value) {
+// Reads one of the counters stored under m/ (owner epoch, deduplication
+// horizon, live bytes); 0 when the key is absent (a new log). Only absent
+// is 0: a read error or a value that is not exactly one u64 fails, because
+// a counter started again from 0 would go back (DESIGN.md section 7).
+absl::StatusOr<uint64_t> ReadCounter(rocksdb::DB& db, const char* key) {
+  std::string value;
+  const rocksdb::Status got = db.Get(rocksdb::ReadOptions(), key, &value);
+  if (got.IsNotFound()) return 0;
+  if (!got.ok()) return FromRocks(got, absl::StrCat("reading ", key));
   std::string_view in = value;
   uint64_t v = 0;
-  if (!internal::GetU64(in, v)) return 0;
+  if (!internal::GetU64(in, v) || !in.empty()) {
+    return absl::DataLossError(absl::StrCat("WAL: stored ", key, " holds ",
+                                            value.size(),
+                                            " bytes, not an 8-byte counter"));
+  }
   return v;
 }
 
@@ -222,6 +266,10 @@ class RocksDbLog::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     return failure_;
   }
+  absl::Status failure_cause() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failure_cause_;
+  }
   double MeanGroupSize() const {
     const uint64_t syncs = syncs_.load();
     return syncs == 0 ? 0.0
@@ -313,6 +361,8 @@ class RocksDbLog::Impl {
                                  SummaryEntry* warm = nullptr);
   // Runs `item` through the writer and waits for it.
   absl::Status SubmitAndWait(WorkItem item);
+  // A warning of the log's own, to the info log's sink (or stderr).
+  void Warn(const std::string& line) const;
 
   const RocksDbLogOptions options_;
   std::unique_ptr<rocksdb::Env> env_;  // outlives db_
@@ -354,6 +404,7 @@ class RocksDbLog::Impl {
   std::vector<WorkItem> here_;  // the inline writer's group (writer only)
   bool stop_ = false;
   absl::Status failure_;
+  absl::Status failure_cause_;  // what made failure_, with its own code
   std::thread writer_;
   // Written durable items waiting for the syncer (guarded by mu_).
   std::vector<SyncWaiter> syncing_;
@@ -378,11 +429,22 @@ absl::Status RocksDbLog::Impl::Open() {
   }
   const fs::path data_dir(options_.data_dir);
   db_dir_ = data_dir / "db";
-  std::error_code ec;
-  fs::create_directories(data_dir, ec);
-  if (ec) {
-    return absl::UnavailableError(absl::StrCat(
-        "WAL: can't create ", data_dir.string(), ": ", ec.message()));
+  if (std::error_code ec = rocksdb_env::CreateOwnerOnlyDirectories(data_dir);
+      ec) {
+    return FromErrno(ec.value(), "can't create " + data_dir.string());
+  }
+  // The log holds every payload: nothing in it is for group or others. A
+  // data dir left looser (by an older tccd) is tightened, and said so.
+  int tightened = 0;
+  if (std::error_code ec = rocksdb_env::RestrictToOwner(data_dir, &tightened);
+      ec) {
+    return FromErrno(ec.value(),
+                     "can't make " + data_dir.string() + " owner-only");
+  }
+  if (tightened > 0) {
+    Warn(absl::StrCat("WAL: ", tightened, " files and directories in ",
+                      data_dir.string(),
+                      " were open to group or others; made owner-only"));
   }
   const fs::path marker = data_dir / kMarkerName;
   const bool had_marker = fs::exists(marker);
@@ -408,8 +470,12 @@ absl::Status RocksDbLog::Impl::Open() {
   // The writer writes, then flushes the WAL (the "written" point for
   // buffered appends), then syncs once per group (the durable point).
   options.manual_wal_flush = true;
-  options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
-  options.keep_log_file_num = 3;
+  // No LOG file in the data dir (a full disk made RocksDB's LOG writer
+  // abort the process): its warnings and errors go to our sink.
+  options.info_log = rocksdb_env::NewInfoLog(options_.info_log);
+  // Where RocksDB's WAL buffer moves to the file inside Write: see
+  // kWalBufferBytes.
+  options.writable_file_max_buffer_size = kWalBufferBytes;
   options.max_background_jobs = 2;
   // Memtables of 32 MiB (RocksDB's default is 64): what a backlog's records
   // leave in memory after it drained is bounded by one of them, and the
@@ -438,10 +504,11 @@ absl::Status RocksDbLog::Impl::Open() {
   table_options.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
   options.table_factory.reset(
       rocksdb::NewBlockBasedTableFactory(table_options));
-  if (options_.file_system != nullptr) {
-    env_ = rocksdb::NewCompositeEnv(options_.file_system);
-    options.env = env_.get();
-  }
+  // Every file 0600 and directory 0700, over the injected file system if
+  // any; the process-wide default Env is left as it is.
+  env_ = rocksdb::NewCompositeEnv(
+      rocksdb_env::NewOwnerOnlyFileSystem(options_.file_system));
+  options.env = env_.get();
   rocksdb::DB* raw = nullptr;
   rocksdb::Status opened = rocksdb::DB::Open(options, db_dir_.string(), &raw);
   if (!opened.ok()) {
@@ -488,16 +555,15 @@ absl::Status RocksDbLog::Impl::Open() {
     }
   }
 
-  std::string value;
-  if (db_->Get(rocksdb::ReadOptions(), keys::kOwnerEpoch, &value).ok()) {
-    owner_epoch_ = DecodeU64Value(value);
-  }
-  if (db_->Get(rocksdb::ReadOptions(), keys::kDedupHorizon, &value).ok()) {
-    horizon_ = static_cast<int64_t>(DecodeU64Value(value));
-  }
-  if (db_->Get(rocksdb::ReadOptions(), keys::kLiveBytes, &value).ok()) {
-    live_bytes_ = static_cast<int64_t>(DecodeU64Value(value));
-  }
+  absl::StatusOr<uint64_t> epoch = ReadCounter(*db_, keys::kOwnerEpoch);
+  if (!epoch.ok()) return epoch.status();
+  absl::StatusOr<uint64_t> horizon = ReadCounter(*db_, keys::kDedupHorizon);
+  if (!horizon.ok()) return horizon.status();
+  absl::StatusOr<uint64_t> live_bytes = ReadCounter(*db_, keys::kLiveBytes);
+  if (!live_bytes.ok()) return live_bytes.status();
+  owner_epoch_ = *epoch;
+  horizon_ = static_cast<int64_t>(*horizon);
+  live_bytes_ = static_cast<int64_t>(*live_bytes);
   int64_t unfinished = 0;
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions()));
@@ -512,6 +578,14 @@ absl::Status RocksDbLog::Impl::Open() {
   syncer_ = std::thread([this] { SyncerLoop(); });
   writer_ = std::thread([this] { WriterLoop(); });
   return absl::OkStatus();
+}
+
+void RocksDbLog::Impl::Warn(const std::string& line) const {
+  if (options_.info_log) {
+    options_.info_log(rocksdb_env::InfoLogSeverity::kWarning, line);
+  } else {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
 }
 
 void RocksDbLog::Impl::Enqueue(WorkItem item) {
@@ -601,7 +675,10 @@ void RocksDbLog::Impl::FailStop(absl::Status status, Items& own) {
   std::vector<SyncWaiter> unsynced;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failure_.ok()) failure_ = failure;
+    if (failure_.ok()) {
+      failure_ = failure;
+      failure_cause_ = std::move(status);
+    }
     failure = failure_;
     queued.swap(queue_);
     unsynced.swap(syncing_);
@@ -995,14 +1072,20 @@ void RocksDbLog::Impl::ProcessGroup(std::vector<WorkItem>& group) {
   absl::Status s = failure();
   if (s.ok()) s = failpoint::Eval("wal.before_write");
   if (s.ok()) {
-    s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
-  }
-  if (s.ok()) {
-    std::lock_guard<std::mutex> io(io_mu_);
-    s = failure();
+    std::unique_lock<std::mutex> io(io_mu_, std::defer_lock);
+    if (batch.GetDataSize() > kWalBufferBytes / 2) {
+      io.lock();  // Write may write the file (kWalBufferBytes)
+      s = failure();
+    }
+    if (s.ok()) {
+      s = FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "write");
+    }
+    if (s.ok() && !io.owns_lock()) io.lock();
+    if (s.ok()) s = failure();
     if (s.ok()) s = FromRocks(db_->FlushWAL(false), "write of the WAL");
     if (!s.ok()) {
-      FailStop(std::move(s), group);  // under io_mu_: before any next sync
+      // Under io_mu_ whenever the file was written: before any next sync.
+      FailStop(std::move(s), group);
       return;
     }
   }
@@ -1516,6 +1599,10 @@ int64_t RocksDbLog::DedupHorizonMs() const { return impl_->horizon(); }
 LogStats RocksDbLog::Stats() const { return impl_->Stats(); }
 
 absl::Status RocksDbLog::failure() const { return impl_->failure(); }
+
+absl::Status RocksDbLog::failure_cause() const {
+  return impl_->failure_cause();
+}
 
 double RocksDbLog::MeanGroupSize() const { return impl_->MeanGroupSize(); }
 

@@ -27,6 +27,7 @@
 #include "server/instrumented_transport.h"
 #include "server/metrics.h"
 #include "server/tls.h"
+#include "tcc/rocksdb_env/owner_only_files.h"
 #include "tcc/wal/rocksdb_log.h"
 
 namespace tcc::server {
@@ -149,14 +150,41 @@ runtime::DriverOptions DriverOptionsFrom(const Config& c) {
 absl::Status Server::Impl::Start(const Config& config,
                                  const std::string& version) {
   config_ = config;
-  std::error_code ec;
-  std::filesystem::create_directories(config.data_dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "data_dir ", config.data_dir, ": cannot create: ", ec.message()));
+  // Nothing in data_dir is for group or others (the WAL holds every
+  // payload): created 0700, and a looser one tightened, with a warning.
+  if (std::error_code ec =
+          rocksdb_env::CreateOwnerOnlyDirectories(config.data_dir);
+      ec) {
+    const std::string message = absl::StrCat("data_dir ", config.data_dir,
+                                             ": cannot create: ", ec.message());
+    return ec == std::errc::no_space_on_device
+               ? absl::ResourceExhaustedError(message)
+               : absl::FailedPreconditionError(message);
+  }
+  int tightened = 0;
+  if (std::error_code ec =
+          rocksdb_env::RestrictToOwner(config.data_dir, &tightened);
+      ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("data_dir ", config.data_dir,
+                     ": cannot make it owner-only: ", ec.message()));
+  }
+  if (tightened > 0) {
+    spdlog::warn(
+        "data_dir {}: {} files and directories were open to group or "
+        "others; made owner-only",
+        config.data_dir, tightened);
   }
   wal::RocksDbLogOptions wal_options;
   wal_options.data_dir = (std::filesystem::path(config.data_dir) / "wal");
+  wal_options.info_log = [](rocksdb_env::InfoLogSeverity severity,
+                            std::string_view line) {
+    if (severity == rocksdb_env::InfoLogSeverity::kError) {
+      spdlog::error("rocksdb: {}", line);
+    } else {
+      spdlog::warn("rocksdb: {}", line);
+    }
+  };
   wal_options.retention.full_record_ms = config.retention.full_record_ms;
   wal_options.retention.compact_entry_ms = config.retention.compact_entry_ms;
   wal_options.retention.max_bytes = config.retention.max_bytes;
@@ -251,7 +279,15 @@ absl::Status Server::Impl::Start(const Config& config,
                                         *instrumented_, *log_, backend_.get());
   backend_->Attach(driver_.get());
   backend_->SetMaxInFlight(config.limits.max_in_flight);
-  if (absl::Status s = driver_->Start(); !s.ok()) return s;
+  if (absl::Status s = driver_->Start(); !s.ok()) {
+    // The WAL stopped on a write of the start (the owner epoch): the start
+    // fails with that write's own error (no space: RESOURCE_EXHAUSTED).
+    if (absl::Status cause = log_->failure_cause(); !cause.ok()) {
+      return absl::Status(cause.code(),
+                          absl::StrCat("starting: ", s.message()));
+    }
+    return s;
+  }
 
   rpc::CoordinatorServiceOptions svc;
   svc.now_ms = [this] { return clock_->WallMs(); };

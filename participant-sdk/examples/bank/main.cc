@@ -9,7 +9,9 @@
 // Prints "listening on HOST:PORT" on stdout once it serves (so callers can
 // listen on port 0; with --metrics-listen, a "metrics on HOST:PORT" line for
 // Prometheus' /metrics comes first), then serves tcc.v1.Participant and
-// tcc.examples.bank.Bank on that port until SIGTERM or SIGINT.
+// tcc.examples.bank.Bank on that port until SIGTERM or SIGINT (exit 0). A
+// start refused for want of space (the store's disk is full) exits 4, any
+// other failed start 1.
 #include <signal.h>
 
 #include <algorithm>
@@ -35,7 +37,7 @@ namespace {
 
 int Fail(const std::string& what, const absl::Status& s) {
   std::cerr << "tcc-bank: " << what << ": " << s.ToString() << std::endl;
-  return 1;
+  return s.code() == absl::StatusCode::kResourceExhausted ? 4 : 1;
 }
 
 }  // namespace
@@ -98,7 +100,9 @@ int main(int argc, char** argv) {
     }
     auto opened = tcc::barrier::RocksDbBarrierStore::Open(
         {.path = data_dir, .lock_timeout = lock_timeout, .group_commit = true});
-    if (!opened.ok()) return Fail("open rocksdb", opened.status());
+    if (!opened.ok()) {
+      return Fail("open rocksdb store " + data_dir, opened.status());
+    }
     store = std::move(*opened);
   } else if (store_kind == "postgres") {
     if (pg_url.empty() && std::getenv("TCC_PG_URL") != nullptr) {
@@ -120,7 +124,8 @@ int main(int argc, char** argv) {
   if (absl::Status s =
           tcc::examples::bank::InitAccounts(*store, accounts, initial_balance);
       !s.ok()) {
-    return Fail("create accounts", s);
+    return Fail(
+        "create accounts in " + (data_dir.empty() ? store_kind : data_dir), s);
   }
 
   auto registry = std::make_shared<prometheus::Registry>();

@@ -1,22 +1,37 @@
 #include "tcc/barrier/rocksdb_store.h"
 
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "barrier/internal/record_codec.h"
+#include "rocksdb/env.h"
+#include "rocksdb/file_system.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/table.h"
 #include "tcc/failpoint/failpoint.h"
+#include "tcc/rocksdb_env/owner_only_files.h"
 
 namespace tcc::barrier {
 namespace {
 
 constexpr char kBarrierFamily[] = "tcc_barrier";
 
-// Lock waits, deadlocks and busy keys are transient; anything else is
-// reported with its own code.
+// Lock waits, deadlocks, busy keys and I/O errors are transient; a full
+// disk is RESOURCE_EXHAUSTED; anything else is reported with its own code.
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.IsNoSpace()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("rocksdb ", std::string(what),
+                     ": no space left on device (", s.ToString(), ")"));
+  }
   std::string msg =
       absl::StrCat("rocksdb ", std::string(what), ": ", s.ToString());
   if (s.IsTimedOut() || s.IsBusy() || s.IsTryAgain() || s.IsDeadlock() ||
@@ -26,6 +41,119 @@ absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.IsCorruption()) return absl::DataLossError(msg);
   return absl::InternalError(msg);
 }
+
+}  // namespace
+
+// Commits and syncs of RocksDB's WAL taking turns (see the header). A sync
+// waits for the commits under way and holds new ones off; the turn ends
+// when the file system reports the fsync of the newest WAL file starting on
+// the syncer's thread (RocksDB checked the file's writes before that), or
+// when the sync ends. A stream of commits never starves a sync.
+class RocksDbBarrierStore::WalTurns {
+ public:
+  void BeginWrite() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return !sync_turn_; });
+    ++writers_;
+  }
+  void EndWrite() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--writers_ == 0) cv_.notify_all();
+  }
+  void BeginSync() {
+    std::unique_lock<std::mutex> lock(mu_);
+    sync_turn_ = true;
+    syncer_ = std::this_thread::get_id();
+    cv_.wait(lock, [this] { return writers_ == 0; });
+  }
+  // From the file system: the fsync of the newest WAL file starts.
+  void NewestWalSyncStarts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sync_turn_ && std::this_thread::get_id() == syncer_) EndTurn();
+  }
+  void EndSync() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (sync_turn_) EndTurn();
+  }
+
+ private:
+  // REQUIRES: mu_ is held.
+  void EndTurn() {
+    sync_turn_ = false;
+    cv_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int writers_ = 0;         // commits under way
+  bool sync_turn_ = false;  // a sync waits, or runs before its fsync
+  std::thread::id syncer_;
+};
+
+namespace {
+
+class WatchedWalFile final : public rocksdb::FSWritableFileOwnerWrapper {
+ public:
+  WatchedWalFile(std::unique_ptr<rocksdb::FSWritableFile> file,
+                 std::function<void()> on_sync)
+      : FSWritableFileOwnerWrapper(std::move(file)),
+        on_sync_(std::move(on_sync)) {}
+  rocksdb::IOStatus Sync(const rocksdb::IOOptions& options,
+                         rocksdb::IODebugContext* dbg) override {
+    on_sync_();
+    return target()->Sync(options, dbg);
+  }
+  rocksdb::IOStatus Fsync(const rocksdb::IOOptions& options,
+                          rocksdb::IODebugContext* dbg) override {
+    on_sync_();
+    return target()->Fsync(options, dbg);
+  }
+
+ private:
+  const std::function<void()> on_sync_;
+};
+
+// Reports when the fsync of the newest WAL file (<number>.log, the one
+// commits append to) starts.
+class WalSyncWatch final : public rocksdb::FileSystemWrapper {
+ public:
+  WalSyncWatch(std::shared_ptr<rocksdb::FileSystem> base,
+               std::function<void()> newest_sync_starts)
+      : FileSystemWrapper(std::move(base)),
+        newest_sync_starts_(std::move(newest_sync_starts)) {}
+  const char* Name() const override { return "tcc.barrier.WalSyncWatch"; }
+
+  rocksdb::IOStatus NewWritableFile(
+      const std::string& fname, const rocksdb::FileOptions& options,
+      std::unique_ptr<rocksdb::FSWritableFile>* result,
+      rocksdb::IODebugContext* dbg) override {
+    rocksdb::IOStatus s =
+        target()->NewWritableFile(fname, options, result, dbg);
+    if (s.ok() && fname.size() > 4 &&
+        fname.compare(fname.size() - 4, 4, ".log") == 0) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        newest_ = fname;
+      }
+      *result = std::make_unique<WatchedWalFile>(
+          std::move(*result), [this, fname] { SyncStarts(fname); });
+    }
+    return s;
+  }
+
+ private:
+  void SyncStarts(const std::string& fname) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fname != newest_) return;
+    }
+    newest_sync_starts_();
+  }
+
+  const std::function<void()> newest_sync_starts_;
+  std::mutex mu_;
+  std::string newest_;
+};
 
 }  // namespace
 
@@ -124,7 +252,18 @@ class RocksDbBarrierStore::Txn final : public RocksDbTxn {
         return fp;
       }
     }
+    // A stopped store commits nothing more (RocksDB may resume writing
+    // once there is room again; this store does not until reopened).
+    if (absl::Status stopped = store_.failure(); !stopped.ok()) {
+      rocksdb::Status ignored = txn_->Rollback();
+      (void)ignored;
+      return stopped;
+    }
+    // Writes RocksDB's WAL: a failure stops the store before a sync runs.
+    store_.wal_turns_->BeginWrite();
     rocksdb::Status s = txn_->Commit();
+    if (s.IsIOError()) store_.Stop(FromRocks(s, "commit"));
+    store_.wal_turns_->EndWrite();
     if (!s.ok()) {
       rocksdb::Status ignored = txn_->Rollback();
       (void)ignored;
@@ -139,12 +278,53 @@ class RocksDbBarrierStore::Txn final : public RocksDbTxn {
   bool finished_ = false;
 };
 
+RocksDbBarrierStore::RocksDbBarrierStore(Options options)
+    : options_(std::move(options)), wal_turns_(std::make_unique<WalTurns>()) {}
+
 absl::StatusOr<std::unique_ptr<RocksDbBarrierStore>> RocksDbBarrierStore::Open(
     Options options) {
   std::unique_ptr<RocksDbBarrierStore> store(
       new RocksDbBarrierStore(std::move(options)));
   rocksdb::Options db_options;
   db_options.create_if_missing = true;
+  // No LOG file next to the data (on a full disk RocksDB's LOG writer
+  // aborted the process): warnings and errors go to the sink, or spdlog.
+  rocksdb_env::InfoLogSink sink = store->options_.info_log;
+  if (!sink) {
+    sink = [](rocksdb_env::InfoLogSeverity severity, std::string_view line) {
+      if (severity == rocksdb_env::InfoLogSeverity::kError) {
+        spdlog::error("rocksdb: {}", line);
+      } else {
+        spdlog::warn("rocksdb: {}", line);
+      }
+    };
+  }
+  // The store holds the business data and every barrier: nothing in it is
+  // for group or others. Files 0600, directories 0700; a store left looser
+  // is tightened, with a warning.
+  const std::string& path = store->options_.path;
+  int tightened = 0;
+  if (std::error_code ec = rocksdb_env::RestrictToOwner(path, &tightened);
+      ec && ec != std::errc::no_such_file_or_directory) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rocksdb open ", path, ": can't make it owner-only: ", ec.message()));
+  }
+  if (tightened > 0) {
+    sink(rocksdb_env::InfoLogSeverity::kWarning,
+         absl::StrCat("barrier store ", path, ": ", tightened,
+                      " files and directories were open to group or "
+                      "others; made owner-only"));
+  }
+  db_options.info_log = rocksdb_env::NewInfoLog(sink);
+  std::shared_ptr<rocksdb::FileSystem> files =
+      rocksdb_env::NewOwnerOnlyFileSystem(nullptr);
+  if (store->groups_commits()) {
+    WalTurns* turns = store->wal_turns_.get();
+    files = std::make_shared<WalSyncWatch>(
+        std::move(files), [turns] { turns->NewestWalSyncStarts(); });
+  }
+  store->env_ = rocksdb::NewCompositeEnv(std::move(files));
+  db_options.env = store->env_.get();
   db_options.create_missing_column_families = true;
   // Concurrent synced commits are group committed by RocksDB's write thread:
   // one leader writes and syncs the WAL for the group while the others wait.
@@ -216,28 +396,18 @@ void RocksDbBarrierStore::WhenDurable(std::function<void(absl::Status)> done) {
 }
 
 absl::Status RocksDbBarrierStore::SyncNow() {
-  // Every commit (and every value read) of the callers so far has a
-  // sequence number up to this one and is in RocksDB's WAL already; one
-  // sync makes them all durable, and none is needed if nothing was written
-  // since the last sync.
-  const rocksdb::SequenceNumber sequence = db_->GetLatestSequenceNumber();
-  absl::Status status = sync_failure_;
-  if (status.ok() && sequence > synced_sequence_) {
+  // Every commit (and every value read) of the callers so far is in
+  // RocksDB's WAL already: one sync makes them all durable, and none is
+  // needed if nothing was written since the last sync.
+  absl::Status status = failure();
+  if (status.ok() && db_->GetLatestSequenceNumber() > synced_sequence_) {
+    // Before the turn: a slow disk in benchmarks (sleep) delays the sync as
+    // a slow fsync does, while commits go on.
     status = failpoint::Eval("barrier.before_synced_commit");
-    if (status.ok()) {
-      rocksdb::Status s = db_->SyncWAL();
-      if (s.ok()) {
-        synced_sequence_ = sequence;
-      } else {
-        status = FromRocks(s, "sync of the WAL");
-      }
-    }
+    if (status.ok()) status = SyncTurn();
     if (!status.ok()) {
-      sync_failure_ = absl::UnavailableError(
-          absl::StrCat("barrier store stopped after a failed sync (restart the "
-                       "participant): ",
-                       status.ToString()));
-      status = sync_failure_;
+      Stop(status);
+      status = failure();
     }
   }
   return status;
@@ -260,6 +430,35 @@ void RocksDbBarrierStore::SyncerLoop() {
     std::lock_guard<std::mutex> lock(sync_mu_);
     syncing_ = false;
   }
+}
+
+absl::Status RocksDbBarrierStore::SyncTurn() {
+  // No commit writes until RocksDB has checked the WAL file's writes (the
+  // turn ends when its fsync starts); one that failed stopped the store.
+  wal_turns_->BeginSync();
+  absl::Cleanup end_turn = [this] { wal_turns_->EndSync(); };
+  if (absl::Status stopped = failure(); !stopped.ok()) return stopped;
+  // No commit is under way: everything up to this sequence number is in
+  // the WAL, and this sync covers it.
+  const rocksdb::SequenceNumber sequence = db_->GetLatestSequenceNumber();
+  rocksdb::Status s = db_->SyncWAL();
+  if (!s.ok()) return FromRocks(s, "sync of the WAL");
+  synced_sequence_ = sequence;
+  return absl::OkStatus();
+}
+
+void RocksDbBarrierStore::Stop(const absl::Status& cause) {
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  if (!failure_.ok()) return;
+  failure_ = absl::UnavailableError(absl::StrCat(
+      "barrier store stopped after a failed write or sync (restart the "
+      "participant): ",
+      cause.ToString()));
+}
+
+absl::Status RocksDbBarrierStore::failure() const {
+  std::lock_guard<std::mutex> lock(failure_mu_);
+  return failure_;
 }
 
 RocksDbBarrierStore::~RocksDbBarrierStore() {

@@ -15,10 +15,18 @@
 // thread makes every commit durable with one sync of RocksDB's WAL per group
 // of WhenDurable() callers (the WAL is written in order, so a sync covers
 // every commit before it); the failpoint barrier.before_synced_commit then
-// runs before each such sync. A failed sync fails every later WhenDurable
-// too, until the store is opened again (fail-stop, as tccd's WAL): what was
-// committed before it may be lost whatever a later sync says, and a reply
-// must never say it is durable.
+// runs before each such sync. A failed sync, or a commit whose write to
+// RocksDB's WAL failed, stops the store: every later Commit and WhenDurable
+// fails too (UNAVAILABLE), until the store is opened again (fail-stop, as
+// tccd's WAL): what was committed before it may be lost whatever a later
+// sync says, and a reply must never say it is durable. Business code writes
+// through its LocalTxn only (not through db() directly), so that no sync
+// runs after a failed write. A full disk is RESOURCE_EXHAUSTED "no space
+// left on device" (Open, Commit); RocksDB's info log goes to
+// Options::info_log, not to a LOG file next to the data. Every file of the
+// store is 0600 and every directory 0700 (tcc/rocksdb_env/
+// owner_only_files.h); Open tightens a store it finds looser, with a warning
+// to info_log.
 //
 // Thread-safe; one RocksDbTxn per thread at a time.
 #pragma once
@@ -35,6 +43,7 @@
 #include "rocksdb/utilities/transaction.h"
 #include "rocksdb/utilities/transaction_db.h"
 #include "tcc/barrier/barrier_store.h"
+#include "tcc/rocksdb_env/info_log.h"
 
 namespace tcc::barrier {
 
@@ -53,6 +62,8 @@ class RocksDbBarrierStore final : public BarrierStore {
     std::chrono::milliseconds lock_timeout{2000};
     bool sync = true;
     bool group_commit = false;
+    // Where RocksDB's warnings and errors go; null: spdlog's default logger.
+    rocksdb_env::InfoLogSink info_log = nullptr;
   };
 
   // Opens (creating if missing) the database at options.path.
@@ -76,11 +87,17 @@ class RocksDbBarrierStore final : public BarrierStore {
 
  private:
   class Txn;
-  RocksDbBarrierStore(Options options) : options_(std::move(options)) {}
+  explicit RocksDbBarrierStore(Options options);
   void SyncerLoop();
-  // One sync for everything committed so far. REQUIRES: the caller set
-  // syncing_ (one sync at a time).
+  // One sync for everything committed so far, if anything was. REQUIRES:
+  // the caller set syncing_ (one sync at a time).
   absl::Status SyncNow();
+  // One sync of RocksDB's WAL, in its turn with the commits (whoever syncs).
+  absl::Status SyncTurn();
+  // Fail-stop: every later Commit and WhenDurable answers the failure
+  // (UNAVAILABLE).
+  void Stop(const absl::Status& cause);
+  absl::Status failure() const;
 
   Options options_;
   // Group commit: callers waiting for the next sync, and the syncer. A
@@ -94,10 +111,19 @@ class RocksDbBarrierStore final : public BarrierStore {
   bool syncing_ = false;  // a sync runs (guarded by sync_mu_)
   // The last sequence number known durable (whoever syncs, one at a time).
   rocksdb::SequenceNumber synced_sequence_ = 0;
-  // The first failed sync, answered to every later group too (whoever
-  // syncs): after a failed fsync the kernel may have dropped the unsynced
-  // pages, so a later sync that succeeds proves nothing about them.
-  absl::Status sync_failure_;
+  // Commits (each writes RocksDB's WAL file) and syncs take turns until
+  // RocksDB has checked, at the start of a sync, that no write to the file
+  // failed: a failed write stops the store before any sync can start after
+  // it (RocksDB asserts when it syncs a file whose write failed). The
+  // fsync itself overlaps the next commits.
+  class WalTurns;
+  std::unique_ptr<WalTurns> wal_turns_;
+  std::unique_ptr<rocksdb::Env> env_;  // what the database runs on
+  // The first failed write or sync, answered to every later group too: after
+  // a failed fsync the kernel may have dropped the unsynced pages, so a
+  // later sync that succeeds proves nothing about them.
+  mutable std::mutex failure_mu_;
+  absl::Status failure_;
   std::thread syncer_;
   std::unique_ptr<rocksdb::TransactionDB> db_;
   rocksdb::ColumnFamilyHandle* default_cf_ = nullptr;

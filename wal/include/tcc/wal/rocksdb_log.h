@@ -5,7 +5,9 @@
 // Data dir layout: <data_dir>/TCC_WAL (a marker, written once the database
 // exists) and <data_dir>/db (RocksDB). The key layout is documented in
 // wal/src/internal/rocksdb_keys.h, the value encodings in
-// wal/src/record_codec.h.
+// wal/src/record_codec.h. Everything in the data dir is the owner's alone
+// (files 0600, directories 0700, whatever the umask): Open creates it so and
+// tightens what it finds looser, with a warning to `info_log`.
 //
 // Group commit: one writer at a time owns every write. Append, PutApproval,
 // TakeOwnerEpoch and the removals of RunRetention queue up; the writer takes
@@ -33,7 +35,12 @@
 //
 // Fail-stop: a failed write or sync (or an `error` failpoint) fails every
 // item of the group and everything queued with UNAVAILABLE, and refuses
-// everything later; failure() says why (a daemon exits non-zero on it).
+// everything later; failure() says why (a daemon exits non-zero on it), and
+// failure_cause() is that write's or sync's own error.
+//
+// A full disk: RocksDB's no-space errors are RESOURCE_EXHAUSTED "no space
+// left on device" (Open, failure_cause()), and so is ENOSPC while Open
+// creates the data dir or writes the marker.
 //
 // Opening: a torn unsynced tail of RocksDB's WAL is dropped; a corrupt
 // record with records after it, corrupt tables or an unknown format version
@@ -41,7 +48,10 @@
 // runs RocksDB with WALRecoveryMode::kPointInTimeRecovery after a check of
 // the WAL files of its own (wal/src/internal/wal_file_check.h says why). A
 // data dir whose marker exists but whose database does not is DATA_LOSS: the
-// log never starts over on an empty database when it had state.
+// log never starts over on an empty database when it had state. A stored
+// counter (owner epoch, deduplication horizon, live bytes) is 0 only when
+// absent: one that does not decode fails Open with DATA_LOSS naming its key,
+// one that can't be read with the read's error (they never go back).
 //
 // Retention: RunRetention scans the finished-transaction indexes on the
 // caller's thread and hands the removals to the writer in small batches, so
@@ -61,6 +71,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "tcc/rocksdb_env/info_log.h"
 #include "tcc/wal/log.h"
 
 namespace rocksdb {
@@ -78,6 +89,9 @@ struct RocksDbLogOptions {
   size_t retention_batch = 256;
   // The file system RocksDB runs on (tests inject faults); null: the OS's.
   std::shared_ptr<rocksdb::FileSystem> file_system;
+  // Where RocksDB's warnings and errors go (its info log; no LOG file is
+  // written in the data dir). Null: stderr.
+  rocksdb_env::InfoLogSink info_log = nullptr;
 };
 
 class RocksDbLog final : public Log {
@@ -106,8 +120,12 @@ class RocksDbLog final : public Log {
   int64_t DedupHorizonMs() const override;
   LogStats Stats() const override;
 
-  // OK while the log works; the fail-stop error once it failed.
+  // OK while the log works; the fail-stop error (UNAVAILABLE) once it
+  // failed.
   absl::Status failure() const;
+  // OK while the log works; once it failed, the error of the write or sync
+  // that stopped it, with its own code (RESOURCE_EXHAUSTED: no space left).
+  absl::Status failure_cause() const;
 
   // Durable appends completed per sync so far (the mean group size).
   double MeanGroupSize() const;
