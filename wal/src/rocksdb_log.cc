@@ -1161,6 +1161,12 @@ void RocksDbLog::Impl::SyncerLoop() {
     uint64_t appends = 0;
     for (const SyncWaiter& waiter : written) appends += waiter.append ? 1 : 0;
     synced_appends_.fetch_add(appends);
+    {
+      // The sync is over: the completions below may append (the next
+      // records of the same transactions) and write them inline.
+      std::lock_guard<std::mutex> lock(mu_);
+      sync_running_ = false;
+    }
     for (SyncWaiter& waiter : written) waiter.done(absl::OkStatus());
   }
 }
