@@ -322,6 +322,13 @@ std::string OutcomeName(v1::Outcome outcome) {
 std::string ActionName(v1::ApprovalAction action) {
   return Strip(v1::ApprovalAction_Name(action), "APPROVAL_ACTION_");
 }
+std::string CauseName(v1::DecisionCause cause) {
+  if (cause == v1::DECISION_CAUSE_UNSPECIFIED) return "";
+  std::string name = absl::AsciiStrToLower(
+      Strip(v1::DecisionCause_Name(cause), "DECISION_CAUSE_"));
+  std::replace(name.begin(), name.end(), '_', ' ');
+  return name;
+}
 bool IsFinal(v1::TxnState state) {
   return state == v1::TXN_STATE_CONFIRMED || state == v1::TXN_STATE_CANCELLED;
 }
@@ -411,8 +418,12 @@ std::string FormatList(const std::vector<v1::TransactionView>& txns,
 
 std::string FormatTransaction(const v1::TransactionView& txn, int64_t now_ms) {
   std::string decision = DecisionName(txn.decision());
-  if (!txn.decision_reason().empty()) {
-    absl::StrAppend(&decision, " (", txn.decision_reason(), ")");
+  const std::string cause = CauseName(txn.decision_cause());
+  if (!cause.empty() || !txn.decision_reason().empty()) {
+    absl::StrAppend(
+        &decision, " (", cause,
+        !cause.empty() && !txn.decision_reason().empty() ? ": " : "",
+        txn.decision_reason(), ")");
   }
   std::string gate = "off";
   if (txn.approval_gate()) {

@@ -320,6 +320,24 @@ TEST_CASE("show prints the header, every branch, the timeline and approvals") {
                  "Cancel\n"));
 }
 
+TEST_CASE("the decision line shows the decision's cause from its field") {
+  v1::TransactionView t = SampleTxn();
+  t.set_decision_cause(v1::DECISION_CAUSE_WITNESSED);
+  t.set_decision_reason("branch b0 (CONFIRMED) witnessed Confirm");
+  CHECK(Contains(FormatTransaction(t, kNow),
+                 "decision       CONFIRM (witnessed: branch b0 (CONFIRMED) "
+                 "witnessed Confirm)\n"));
+  t.set_decision(v1::DECISION_CANCEL);
+  t.set_decision_cause(v1::DECISION_CAUSE_GATE_APPROVED);
+  t.clear_decision_reason();
+  CHECK(Contains(FormatTransaction(t, kNow),
+                 "decision       CANCEL (gate approved)\n"));
+  CHECK(CauseName(v1::DECISION_CAUSE_UNSPECIFIED).empty());
+  CHECK(CauseName(v1::DECISION_CAUSE_DEADLINE) == "deadline");
+  CHECK(Contains(ToJson(t),
+                 "\"decision_cause\":\"DECISION_CAUSE_GATE_APPROVED\""));
+}
+
 TEST_CASE("watch prints one line per event; approvals show their binding") {
   v1::WatchEvent e;
   *e.mutable_transaction() = SampleTxn();

@@ -20,36 +20,6 @@ bool IsResolved(PhaseState s) {
   return s == PhaseState::kSucceeded || s == PhaseState::kFailed;
 }
 
-bool HasPrefix(const std::string& s, const char* prefix) {
-  return s.rfind(prefix, 0) == 0;
-}
-
-DecisionCause CauseFromReason(const std::string& reason) {
-  if (HasPrefix(reason, kReasonRollback)) return DecisionCause::kRollback;
-  if (HasPrefix(reason, kReasonForced)) return DecisionCause::kForced;
-  if (HasPrefix(reason, kReasonGate)) return DecisionCause::kGate;
-  if (HasPrefix(reason, kReasonDeadline)) return DecisionCause::kDeadline;
-  if (HasPrefix(reason, kReasonWitnessed)) return DecisionCause::kWitnessed;
-  return DecisionCause::kRule;
-}
-
-const char* PrefixFor(DecisionCause cause) {
-  switch (cause) {
-    case DecisionCause::kRollback:
-      return kReasonRollback;
-    case DecisionCause::kForced:
-      return kReasonForced;
-    case DecisionCause::kGate:
-      return kReasonGate;
-    case DecisionCause::kDeadline:
-      return kReasonDeadline;
-    case DecisionCause::kWitnessed:
-      return kReasonWitnessed;
-    default:
-      return "";
-  }
-}
-
 std::string StatusText(const absl::Status& s) {
   return absl::StrCat(absl::StatusCodeToString(s.code()), ": ",
                       std::string(s.message().data(), s.message().size()));
@@ -458,14 +428,17 @@ uint64_t Stepper::Decide(Decision d, DecisionCause cause, std::string reason,
   t_.state_before_decision = t_.state;
   wal::Decided rec;
   rec.decision = d;
-  rec.reason = absl::StrCat(PrefixFor(cause), reason);
+  rec.cause = cause;
+  rec.reason = std::move(reason);
   rec.at_ms = now_;
   if (!approval_id.empty()) rec.approval_id = approval_id;
   const uint64_t seq = Record1(std::move(rec), Durability::kDurable);
   p.seq = seq;
   t_.pending.push_back(std::move(p));
   AbandonTryOps();
-  Signal(SignalKind::kDecided, -1, t_.decision_reason);
+  Signal(SignalKind::kDecided, -1,
+         absl::StrCat(wal::DecisionCauseName(t_.decision_cause), ": ",
+                      t_.decision_reason));
   if (o_.breakers.act_before_decision_durable) OnDecidedDurable();
   return seq;
 }
@@ -1547,7 +1520,7 @@ absl::Status ApplyRecord(Txn& t, const wal::Record& record) {
     if (t.decision == d->decision) return absl::OkStatus();
     t.decision = d->decision;
     t.decision_reason = d->reason;
-    t.decision_cause = CauseFromReason(d->reason);
+    t.decision_cause = d->cause;
     t.decided_at_ms = d->at_ms;
     t.state = d->decision == Decision::kConfirm ? TxnState::kConfirming
                                                 : TxnState::kCancelling;

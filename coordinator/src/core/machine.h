@@ -333,11 +333,4 @@ struct StepResult {
 // record does not fit the transaction (nothing changed).
 [[nodiscard]] absl::Status ApplyRecord(Txn& txn, const wal::Record& record);
 
-// Reason prefixes stored in Decided records (DecisionCause survives recovery).
-inline constexpr char kReasonRollback[] = "rollback: ";
-inline constexpr char kReasonForced[] = "forced: ";
-inline constexpr char kReasonGate[] = "approved: ";
-inline constexpr char kReasonDeadline[] = "deadline: ";
-inline constexpr char kReasonWitnessed[] = "witnessed: ";
-
 }  // namespace tcc::core

@@ -36,11 +36,13 @@ TransactionView MakeView(const Txn& t) {
   v.gid = t.gid;
   v.state = t.state;
   v.decision = t.decision;
+  v.decision_cause = t.decision_cause;
   v.decision_reason = t.decision_reason;
   v.decided_at_ms = t.decided_at_ms;
   if (t.decision != Decision::kNone && !t.decision_durable) {
     v.state = t.state_before_decision;
     v.decision = Decision::kNone;
+    v.decision_cause = DecisionCause::kNone;
     v.decision_reason.clear();
     v.decided_at_ms = 0;
   }

@@ -24,6 +24,7 @@ namespace tcc::core {
 
 using wal::BranchSpec;
 using wal::Decision;
+using wal::DecisionCause;
 using wal::Hash;
 using wal::Outcome;
 using wal::Phase;
@@ -49,21 +50,6 @@ enum class BarrierState : uint8_t {
   kCancelledBeforeTry = 4,
   kConfirmed = 5,
   kCancelled = 6,
-};
-
-// Why a decision was made. Stored in the Decided record's reason prefix so
-// that recovery knows it too (Commit after a Rollback is FAILED_PRECONDITION,
-// Commit after a failed Try is ABORTED).
-enum class DecisionCause : uint8_t {
-  kNone = 0,
-  kRule = 1,      // the decision rule (all EXECUTED, or a Try failed)
-  kDeadline = 2,  // try-deadline, OPEN deadline or approval deadline
-  kRollback = 3,  // the caller asked
-  kForced = 4,    // an operator, with a one-time approval
-  kGate = 5,      // the approval gate was approved
-  // A participant's barrier witnessed a decision the WAL had lost
-  // (DESIGN.md section 8): adopted, never decided against.
-  kWitnessed = 6,
 };
 
 // A one-call transaction (tcc.v1.SubmitRequest, mapped by the daemon).
@@ -264,6 +250,7 @@ struct TransactionView {
   std::string gid;
   TxnState state = TxnState::kTrying;
   Decision decision = Decision::kNone;
+  DecisionCause decision_cause = DecisionCause::kNone;
   std::string decision_reason;
   std::optional<Hash> content_hash;
   uint64_t revision = 0;

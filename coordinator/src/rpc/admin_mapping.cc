@@ -66,8 +66,10 @@ struct Describe {
     out->set_kind("Decided");
     out->set_at_ms(r.at_ms);
     if (r.approval_id) out->set_approval_id(*r.approval_id);
-    out->set_summary(
-        absl::StrCat(core::DecisionName(r.decision), ": ", r.reason));
+    // e.g. "Cancel, rollback: requested by the caller".
+    out->set_summary(absl::StrCat(core::DecisionName(r.decision), ", ",
+                                  wal::DecisionCauseName(r.cause), ": ",
+                                  r.reason));
   }
   void operator()(const wal::BranchResolved& r) const {
     out->set_kind("BranchResolved");

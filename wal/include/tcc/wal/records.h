@@ -15,9 +15,9 @@
 //   StateChanged    a state change that is not a decision (OPEN -> TRYING at
 //                   Commit, TRYING -> AWAITING_APPROVAL). Commit's record also
 //                   fixes the content hash and the expected branch ids.
-//   Decided         the decision, written once and never changed. DURABLE
-//                   before any Confirm/Cancel is sent or any caller is told.
-//                   May carry the approval it consumed.
+//   Decided         the decision and its cause, written once and never
+//                   changed. DURABLE before any Confirm/Cancel is sent or any
+//                   caller is told. May carry the approval it consumed.
 //   BranchResolved  an operator marked a phase-2 branch done by hand; carries
 //                   the approval it consumed. DURABLE.
 //   Flagged         a branch flagged STUCK (or unflagged), with the reason.
@@ -61,6 +61,25 @@ constexpr bool IsFinal(TxnState s) {
 
 // Values are stored: never renumber.
 enum class Decision : uint8_t { kNone = 0, kConfirm = 1, kCancel = 2 };
+
+// Why a decision was made; stored in its Decided record, so that recovery
+// knows it too (a Commit after a Rollback is FAILED_PRECONDITION, after a
+// failed Try ABORTED) and callers can tell a deadline from a rollback
+// (tcc.v1.DecisionCause). Values are stored: never renumber.
+enum class DecisionCause : uint8_t {
+  kNone = 0,      // no decision
+  kRule = 1,      // the decision rule (all EXECUTED, or a Try failed)
+  kDeadline = 2,  // try-deadline, OPEN deadline or approval deadline
+  kRollback = 3,  // the caller asked
+  kForced = 4,    // an operator, with a one-time approval
+  kGate = 5,      // the approval gate was approved
+  // A participant's barrier witnessed a decision the WAL had lost
+  // (DESIGN.md section 8): adopted, never decided against.
+  kWitnessed = 6,
+};
+// "rule", "deadline", "rollback", "forced", "gate approved", "witnessed";
+// "none".
+const char* DecisionCauseName(DecisionCause cause);
 
 // Which call of a branch a PhaseUpdate is about.
 enum class Phase : uint8_t { kTry = 1, kConfirm = 2, kCancel = 3 };
@@ -155,7 +174,8 @@ struct StateChanged {
 
 struct Decided {
   Decision decision = Decision::kNone;
-  std::string reason;
+  DecisionCause cause = DecisionCause::kNone;
+  std::string reason;  // human text; the cause is not repeated in it
   int64_t at_ms = 0;
   // The approval this decision consumed (forced decisions, the gate), if any.
   // The WAL checks it matches and is unused and marks it used in the same
