@@ -152,6 +152,14 @@ TEST_CASE("states, approval actions and content hashes parse as typed") {
   CHECK(*ParseApprovalAction("gate-approve") ==
         v1::APPROVAL_ACTION_GATE_APPROVE);
   CHECK(!ParseApprovalAction("force_cancel").ok());
+  CHECK(!ParseApprovalAction("FORCE-CANCEL").ok());
+  CHECK(!ParseApprovalAction("unspecified").ok());
+  CHECK(ParseApprovalAction("x").status().message() ==
+        "unknown approval action 'x': one of force-confirm, force-cancel, "
+        "resolve-branch, gate-approve");
+  CHECK(ParseTxnState("done").status().message() ==
+        "unknown state 'done': one of open, trying, awaiting_approval, "
+        "confirming, confirmed, cancelling, cancelled");
 
   std::string bytes;
   for (int i = 0; i < 32; ++i) bytes.push_back(static_cast<char>(i * 8));

@@ -25,24 +25,6 @@ std::string StatusText(const absl::Status& s) {
                       std::string(s.message().data(), s.message().size()));
 }
 
-std::string BarrierName(BarrierState b) {
-  switch (b) {
-    case BarrierState::kNotFound:
-      return "NOT_FOUND";
-    case BarrierState::kTried:
-      return "TRIED";
-    case BarrierState::kTryRejected:
-      return "TRY_REJECTED";
-    case BarrierState::kCancelledBeforeTry:
-      return "CANCELLED_BEFORE_TRY";
-    case BarrierState::kConfirmed:
-      return "CONFIRMED";
-    case BarrierState::kCancelled:
-      return "CANCELLED";
-  }
-  return "?";
-}
-
 absl::Status ValidateBranch(const BranchSpec& b, const Options& o) {
   if (auto s = identity::ValidateBranchId(b.branch_id); !s.ok()) return s;
   if (auto s = identity::ValidateParticipantName(b.participant); !s.ok()) {
@@ -296,7 +278,7 @@ void Stepper::Witness(uint32_t b, Decision d, BarrierState seen) {
   const bool had_failures = br.failures > 0;
   br.failures = 0;
   const std::string why =
-      absl::StrCat("query: barrier holds ", BarrierName(seen),
+      absl::StrCat("query: barrier holds ", BarrierStateName(seen),
                    " but no decision was recorded");
   if (d == Decision::kConfirm) {
     // Confirm follows only an EXECUTED Try.
@@ -342,7 +324,7 @@ bool Stepper::DecideByWitnesses() {
   auto name = [&](int b) {
     const BranchRuntime& br = t_.branches[b];
     return absl::StrCat("branch ", br.spec.branch_id, " (",
-                        BarrierName(br.witness_state), ")");
+                        BarrierStateName(br.witness_state), ")");
   };
   if (confirm >= 0 && cancel >= 0) {
     Hold(absl::StrCat(name(confirm), " witnesses Confirm, ", name(cancel),
@@ -1048,7 +1030,7 @@ absl::Status Stepper::On(const QueryReplyEvent& e) {
       TryStillUnknown(e.branch,
                       e.status.ok()
                           ? absl::StrCat("query: not authoritative ",
-                                         BarrierName(e.barrier))
+                                         BarrierStateName(e.barrier))
                           : absl::StrCat("query: ", StatusText(e.status)));
     }
     return absl::OkStatus();
@@ -1074,7 +1056,7 @@ absl::Status Stepper::On(const QueryReplyEvent& e) {
     case BarrierState::kCancelled:
       if (!same) {
         ResolveTry(e.branch, PhaseState::kFailed, Outcome::kConflict,
-                   absl::StrCat("query: ", BarrierName(e.barrier),
+                   absl::StrCat("query: ", BarrierStateName(e.barrier),
                                 " under another branch hash"));
         return absl::OkStatus();
       }
@@ -1559,6 +1541,30 @@ absl::Status ApplyRecord(Txn& t, const wal::Record& record) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError("unknown record");
+}
+
+const char* SignalKindName(SignalKind kind) {
+  switch (kind) {
+    case SignalKind::kAlert:
+      return "alert";
+    case SignalKind::kStuck:
+      return "stuck";
+    case SignalKind::kUnstuck:
+      return "unstuck";
+    case SignalKind::kUnknownOutcome:
+      return "unknown outcome";
+    case SignalKind::kUnknownResolved:
+      return "unknown resolved";
+    case SignalKind::kRetry:
+      return "retry";
+    case SignalKind::kDecided:
+      return "decided";
+    case SignalKind::kFinished:
+      return "finished";
+    case SignalKind::kLostDecision:
+      return "lost decision";
+  }
+  return "?";
 }
 
 StepResult Step(Txn& txn, const Event& event, int64_t now_ms,

@@ -305,6 +305,9 @@ enum class SignalKind : uint8_t {
   // WAL lost it.
   kLostDecision,
 };
+// "alert", "stuck", "unstuck", "unknown outcome", "unknown resolved",
+// "retry", "decided", "finished", "lost decision"; "?" out of range.
+const char* SignalKindName(SignalKind kind);
 
 struct SignalEffect {
   SignalKind kind = SignalKind::kAlert;

@@ -30,6 +30,13 @@ using wal::Outcome;
 using wal::Phase;
 using wal::PhaseState;
 using wal::TxnState;
+// The names of those enums are the WAL's (records.h).
+using wal::DecisionCauseName;
+using wal::DecisionName;
+using wal::OutcomeName;
+using wal::PhaseName;
+using wal::PhaseStateName;
+using wal::TxnStateName;
 
 // Identifies one waiting caller; chosen by the driver, opaque to the core.
 using RequestId = uint64_t;
@@ -51,6 +58,9 @@ enum class BarrierState : uint8_t {
   kConfirmed = 5,
   kCancelled = 6,
 };
+// "NOT_FOUND", "TRIED", "TRY_REJECTED", "CANCELLED_BEFORE_TRY", "CONFIRMED",
+// "CANCELLED" (as tcc.v1.BarrierState names them); "?" out of range.
+const char* BarrierStateName(BarrierState state);
 
 // A one-call transaction (tcc.v1.SubmitRequest, mapped by the daemon).
 struct SubmitSpec {
@@ -269,11 +279,5 @@ struct TransactionView {
 
 TransactionView MakeView(const Txn& txn);
 BranchView MakeBranchView(const BranchRuntime& branch);
-
-const char* TxnStateName(TxnState state);
-// "Confirm", "Cancel" or "none".
-const char* DecisionName(Decision decision);
-const char* OutcomeName(Outcome outcome);
-const char* PhaseName(Phase phase);
 
 }  // namespace tcc::core
