@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace tcc::tccctl {
@@ -50,6 +51,17 @@ std::string Table(const std::vector<std::vector<std::string>>& rows,
   return out;
 }
 
+// The numbers of an enum's values but its UNSPECIFIED (0), in order.
+std::vector<int> Specified(const google::protobuf::EnumDescriptor* values) {
+  std::vector<int> numbers;
+  for (int i = 0; i < values->value_count(); ++i) {
+    if (values->value(i)->number() != 0) {
+      numbers.push_back(values->value(i)->number());
+    }
+  }
+  return numbers;
+}
+
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
 // "408714 (399.1 KiB)"; bytes alone under 1 KiB.
@@ -86,15 +98,10 @@ std::string PhaseSummary(const v1::PhaseView& p) {
   return s;
 }
 
+// "confirm", "cancel" (the decision's name in lower case), or "phase 2".
 std::string SecondPhaseLabel(v1::Decision d) {
-  switch (d) {
-    case v1::DECISION_CONFIRM:
-      return "confirm";
-    case v1::DECISION_CANCEL:
-      return "cancel";
-    default:
-      return "phase 2";
-  }
+  if (d == v1::DECISION_UNSPECIFIED) return "phase 2";
+  return absl::AsciiStrToLower(DecisionName(d));
 }
 
 // The age of a transaction: since it was registered (created_at if tccd did
@@ -200,24 +207,40 @@ absl::StatusOr<v1::TxnState> ParseTxnState(const std::string& text) {
   if (name.rfind("TXN_STATE_", 0) != 0) name = "TXN_STATE_" + name;
   v1::TxnState state;
   if (!v1::TxnState_Parse(name, &state) || state == v1::TXN_STATE_UNSPECIFIED) {
+    std::vector<std::string> known;
+    for (int n : Specified(v1::TxnState_descriptor())) {
+      known.push_back(
+          absl::AsciiStrToLower(StateName(static_cast<v1::TxnState>(n))));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
-        "unknown state '", text,
-        "': one of open, trying, awaiting_approval, confirming, confirmed, "
-        "cancelling, cancelled"));
+        "unknown state '", text, "': one of ", absl::StrJoin(known, ", ")));
   }
   return state;
 }
 
 absl::StatusOr<v1::ApprovalAction> ParseApprovalAction(
     const std::string& text) {
-  if (text == "force-confirm") return v1::APPROVAL_ACTION_FORCE_CONFIRM;
-  if (text == "force-cancel") return v1::APPROVAL_ACTION_FORCE_CANCEL;
-  if (text == "resolve-branch") return v1::APPROVAL_ACTION_RESOLVE_BRANCH;
-  if (text == "gate-approve") return v1::APPROVAL_ACTION_GATE_APPROVE;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown approval action '", text,
-                   "': one of force-confirm, force-cancel, resolve-branch, "
-                   "gate-approve"));
+  // protobuf's name in lower case, '-' for '_': APPROVAL_ACTION_FORCE_CANCEL
+  // is force-cancel.
+  std::string name = absl::AsciiStrToUpper(text);
+  std::replace(name.begin(), name.end(), '-', '_');
+  v1::ApprovalAction action;
+  if (absl::AsciiStrToLower(text) == text &&
+      text.find('_') == std::string::npos &&
+      v1::ApprovalAction_Parse("APPROVAL_ACTION_" + name, &action) &&
+      action != v1::APPROVAL_ACTION_UNSPECIFIED) {
+    return action;
+  }
+  std::vector<std::string> known;
+  for (int n : Specified(v1::ApprovalAction_descriptor())) {
+    std::string spelled =
+        absl::AsciiStrToLower(ActionName(static_cast<v1::ApprovalAction>(n)));
+    std::replace(spelled.begin(), spelled.end(), '_', '-');
+    known.push_back(std::move(spelled));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown approval action '",
+                                                 text, "': one of ",
+                                                 absl::StrJoin(known, ", ")));
 }
 
 absl::StatusOr<std::string> ParseContentHash(const std::string& hex) {
@@ -322,6 +345,13 @@ std::string OutcomeName(v1::Outcome outcome) {
 std::string ActionName(v1::ApprovalAction action) {
   return Strip(v1::ApprovalAction_Name(action), "APPROVAL_ACTION_");
 }
+std::string CauseName(v1::DecisionCause cause) {
+  if (cause == v1::DECISION_CAUSE_UNSPECIFIED) return "";
+  std::string name = absl::AsciiStrToLower(
+      Strip(v1::DecisionCause_Name(cause), "DECISION_CAUSE_"));
+  std::replace(name.begin(), name.end(), '_', ' ');
+  return name;
+}
 bool IsFinal(v1::TxnState state) {
   return state == v1::TXN_STATE_CONFIRMED || state == v1::TXN_STATE_CANCELLED;
 }
@@ -411,8 +441,12 @@ std::string FormatList(const std::vector<v1::TransactionView>& txns,
 
 std::string FormatTransaction(const v1::TransactionView& txn, int64_t now_ms) {
   std::string decision = DecisionName(txn.decision());
-  if (!txn.decision_reason().empty()) {
-    absl::StrAppend(&decision, " (", txn.decision_reason(), ")");
+  const std::string cause = CauseName(txn.decision_cause());
+  if (!cause.empty() || !txn.decision_reason().empty()) {
+    absl::StrAppend(
+        &decision, " (", cause,
+        !cause.empty() && !txn.decision_reason().empty() ? ": " : "",
+        txn.decision_reason(), ")");
   }
   std::string gate = "off";
   if (txn.approval_gate()) {

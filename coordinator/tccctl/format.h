@@ -67,6 +67,10 @@ std::string DecisionName(tcc::v1::Decision decision);
 std::string PhaseStateName(tcc::v1::PhaseState state);
 std::string OutcomeName(tcc::v1::Outcome outcome);
 std::string ActionName(tcc::v1::ApprovalAction action);
+// A decision's cause as the decision line shows it, in lower case words:
+// "rule", "deadline", "rollback", "forced", "gate approved", "witnessed";
+// "" for DECISION_CAUSE_UNSPECIFIED.
+std::string CauseName(tcc::v1::DecisionCause cause);
 bool IsFinal(tcc::v1::TxnState state);
 
 // One line of JSON: protobuf's printer with proto field names, enums by name,
@@ -82,7 +86,8 @@ std::string FormatStatus(const tcc::v1::StatusResponse& status, int64_t now_ms);
 std::string FormatList(const std::vector<tcc::v1::TransactionView>& txns,
                        const std::string& next_page_token, int64_t now_ms);
 // The header and every branch; with `show`, also the timeline and the
-// approvals consumed (the audit trail).
+// approvals consumed (the audit trail). The decision line is the decision,
+// its cause and its reason: "CANCEL (deadline: try-deadline passed ...)".
 std::string FormatTransaction(const tcc::v1::TransactionView& txn,
                               int64_t now_ms);
 std::string FormatShow(const tcc::v1::ShowResponse& show, int64_t now_ms);

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -124,10 +125,10 @@ CommitEvent Commit(std::vector<std::string> ids) {
 // Everything a refused or ignored event must leave alone.
 std::string Snapshot(const Txn& t) {
   std::ostringstream os;
-  os << t.exists << int(t.state) << int(t.decision) << t.decision_reason
-     << t.registered_durable << t.committed_durable << t.decision_durable
-     << t.next_seq << t.next_query << t.pending.size() << t.waiters.size()
-     << t.owner_epoch << "|";
+  os << t.exists << int(t.state) << int(t.decision) << int(t.decision_cause)
+     << t.decision_reason << t.registered_durable << t.committed_durable
+     << t.decision_durable << t.next_seq << t.next_query << t.pending.size()
+     << t.waiters.size() << t.owner_epoch << "|";
   for (const auto& b : t.branches) {
     os << b.spec.branch_id << int(b.try_phase.state) << b.try_phase.attempts
        << int(b.second_phase.state) << b.second_phase.attempts << int(b.op)
@@ -897,7 +898,17 @@ TEST_CASE("a Confirm witness is adopted once every other Try is EXECUTED",
   fx = Run(r.t, Answer(r, 1, BarrierState::kTried), kNow + kTimeout + 6);
   CHECK(r.t.decision == Decision::kConfirm);
   CHECK(r.t.decision_cause == DecisionCause::kWitnessed);
-  CHECK(r.t.decision_reason.rfind(kReasonWitnessed, 0) == 0);
+  // The record says so: the cause is its field, the reason human text.
+  std::optional<wal::Decided> recorded;
+  for (const auto& p : All<PersistEffect>(fx)) {
+    for (const auto& rec : p.records) {
+      if (const auto* d = std::get_if<wal::Decided>(&rec)) recorded = *d;
+    }
+  }
+  REQUIRE(recorded.has_value());
+  CHECK(recorded->cause == DecisionCause::kWitnessed);
+  CHECK(recorded->reason == r.t.decision_reason);
+  CHECK(recorded->reason.find("witnessed Confirm") != std::string::npos);
   CHECK(Count(fx, SignalKind::kLostDecision) == 1);
   CHECK(Phases(fx) == std::vector<Phase>{Phase::kConfirm, Phase::kConfirm});
   CHECK_FALSE(r.t.branches[0].stuck);

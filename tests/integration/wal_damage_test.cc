@@ -150,7 +150,7 @@ TEST_CASE("a decision lost from the WAL is taken from the barriers") {
   // their barriers, not reversed by the try-deadline that passed.
   CHECK(t.state() == v1::TXN_STATE_CONFIRMED);
   CHECK(t.decision() == v1::DECISION_CONFIRM);
-  CHECK(t.decision_reason().rfind("witnessed: ", 0) == 0);
+  CHECK(t.decision_cause() == v1::DECISION_CAUSE_WITNESSED);
   for (const auto& b : t.branches()) {
     CHECK_FALSE(b.stuck());
     CHECK(b.second_phase().state() == v1::PHASE_STATE_SUCCEEDED);

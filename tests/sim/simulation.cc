@@ -27,17 +27,6 @@ constexpr int64_t kWallStartMs = 1'700'000'000'000;
 constexpr int64_t kLivenessBoundMs = 600'000;
 constexpr int64_t kHealthyLatencyMs = 5;
 
-const char* DecisionName(wal::Decision d) {
-  switch (d) {
-    case wal::Decision::kConfirm:
-      return "Confirm";
-    case wal::Decision::kCancel:
-      return "Cancel";
-    default:
-      return "none";
-  }
-}
-
 // Runs posted tasks one at a time, so that tccd can crash between any two.
 class SteppedExecutor final : public runtime::Executor {
  public:
@@ -463,11 +452,11 @@ void Simulation::CrashTccd() {
   for (const auto& [gid, d] : decisions_) {
     auto stored = log_.Read(gid);
     if (!stored.ok() || stored->summary.decision != d) {
-      Violation(absl::StrCat("lost decision: ", gid, " was ", DecisionName(d),
-                             ", after the crash the WAL holds ",
-                             stored.ok()
-                                 ? DecisionName(stored->summary.decision)
-                                 : stored.status().ToString()));
+      Violation(
+          absl::StrCat("lost decision: ", gid, " was ", wal::DecisionName(d),
+                       ", after the crash the WAL holds ",
+                       stored.ok() ? wal::DecisionName(stored->summary.decision)
+                                   : stored.status().ToString()));
     }
   }
   for (TransferPlan& p : transfers_) {
@@ -481,8 +470,8 @@ void Simulation::NoteDecision(const std::string& gid, wal::Decision d,
   auto [it, fresh] = decisions_.emplace(gid, d);
   if (!fresh && it->second != d) {
     Violation(absl::StrCat("decision changed: ", gid, " was ",
-                           DecisionName(it->second), ", then ", how, " ",
-                           DecisionName(d)));
+                           wal::DecisionName(it->second), ", then ", how, " ",
+                           wal::DecisionName(d)));
   }
 }
 
@@ -858,8 +847,8 @@ void Simulation::EndChecks() {
     auto d = decisions_.find(gid);
     if (d != decisions_.end() && d->second != stored->summary.decision) {
       Violation(absl::StrCat("decision changed: ", gid, " was ",
-                             DecisionName(d->second), ", ended ",
-                             DecisionName(stored->summary.decision)));
+                             wal::DecisionName(d->second), ", ended ",
+                             wal::DecisionName(stored->summary.decision)));
     }
     // Atomicity (section 13.1): all confirmed, or none confirmed, over the
     // branches tccd registered (an interactive caller may not have tried

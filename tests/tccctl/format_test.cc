@@ -152,6 +152,14 @@ TEST_CASE("states, approval actions and content hashes parse as typed") {
   CHECK(*ParseApprovalAction("gate-approve") ==
         v1::APPROVAL_ACTION_GATE_APPROVE);
   CHECK(!ParseApprovalAction("force_cancel").ok());
+  CHECK(!ParseApprovalAction("FORCE-CANCEL").ok());
+  CHECK(!ParseApprovalAction("unspecified").ok());
+  CHECK(ParseApprovalAction("x").status().message() ==
+        "unknown approval action 'x': one of force-confirm, force-cancel, "
+        "resolve-branch, gate-approve");
+  CHECK(ParseTxnState("done").status().message() ==
+        "unknown state 'done': one of open, trying, awaiting_approval, "
+        "confirming, confirmed, cancelling, cancelled");
 
   std::string bytes;
   for (int i = 0; i < 32; ++i) bytes.push_back(static_cast<char>(i * 8));
@@ -318,6 +326,24 @@ TEST_CASE("show prints the header, every branch, the timeline and approvals") {
                  "held           for an operator (tccctl force): branch a "
                  "(CONFIRMED) witnesses Confirm, branch b (CANCELLED) "
                  "Cancel\n"));
+}
+
+TEST_CASE("the decision line shows the decision's cause from its field") {
+  v1::TransactionView t = SampleTxn();
+  t.set_decision_cause(v1::DECISION_CAUSE_WITNESSED);
+  t.set_decision_reason("branch b0 (CONFIRMED) witnessed Confirm");
+  CHECK(Contains(FormatTransaction(t, kNow),
+                 "decision       CONFIRM (witnessed: branch b0 (CONFIRMED) "
+                 "witnessed Confirm)\n"));
+  t.set_decision(v1::DECISION_CANCEL);
+  t.set_decision_cause(v1::DECISION_CAUSE_GATE_APPROVED);
+  t.clear_decision_reason();
+  CHECK(Contains(FormatTransaction(t, kNow),
+                 "decision       CANCEL (gate approved)\n"));
+  CHECK(CauseName(v1::DECISION_CAUSE_UNSPECIFIED).empty());
+  CHECK(CauseName(v1::DECISION_CAUSE_DEADLINE) == "deadline");
+  CHECK(Contains(ToJson(t),
+                 "\"decision_cause\":\"DECISION_CAUSE_GATE_APPROVED\""));
 }
 
 TEST_CASE("watch prints one line per event; approvals show their binding") {

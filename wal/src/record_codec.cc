@@ -1,5 +1,6 @@
 #include "record_codec.h"
 
+#include <string_view>
 #include <type_traits>
 #include <variant>
 
@@ -104,11 +105,13 @@ class Reader {
     }
     return static_cast<E>(v);
   }
-  void Version(const char* what) {
+  // The value's format version, one this build reads (else a failure).
+  uint8_t Version(const char* what) {
     const uint8_t v = U8(what);
-    if (ok() && v != kFormatVersion) {
+    if (ok() && (v < kOldestFormatVersion || v > kFormatVersion)) {
       Fail(absl::StrCat("unknown format version ", v, " of ", what));
     }
+    return v;
   }
   void Fail(std::string message) {
     if (error_.empty()) error_ = std::move(message);
@@ -194,6 +197,7 @@ void Put(Writer& w, const StateChanged& r) {
 void Put(Writer& w, const Decided& r) {
   w.Enum(Tag::kDecided);
   w.Enum(r.decision);
+  w.Enum(r.cause);
   w.Str(r.reason);
   w.I64(r.at_ms);
   w.Bool(r.approval_id.has_value());
@@ -223,7 +227,42 @@ void Put(Writer& w, const EpochTaken& r) {
   w.I64(r.at_ms);
 }
 
-Record GetRecordBody(Reader& r) {
+// Format version 1 stored a decision's cause as a prefix of its reason.
+// This is the one place that still knows those prefixes.
+void CauseFromV1Reason(Decided& d) {
+  static constexpr struct {
+    const char* prefix;
+    DecisionCause cause;
+  } kPrefixes[] = {
+      {"rollback: ", DecisionCause::kRollback},
+      {"forced: ", DecisionCause::kForced},
+      {"approved: ", DecisionCause::kGate},
+      {"deadline: ", DecisionCause::kDeadline},
+      {"witnessed: ", DecisionCause::kWitnessed},
+  };
+  for (const auto& [prefix, cause] : kPrefixes) {
+    const std::string_view p(prefix);
+    if (std::string_view(d.reason).substr(0, p.size()) == p) {
+      d.cause = cause;
+      d.reason.erase(0, p.size());
+      return;
+    }
+  }
+  d.cause = DecisionCause::kRule;  // the rule's reasons had no prefix
+}
+
+Decided GetDecided(Reader& r, uint8_t version) {
+  Decided x;
+  x.decision = r.Enum<Decision>("decision", 0, 2);
+  if (version >= 2) x.cause = r.Enum<DecisionCause>("decision cause", 0, 6);
+  x.reason = r.Str("reason");
+  x.at_ms = r.I64("at_ms");
+  if (r.Bool("has_approval")) x.approval_id = r.Str("approval_id");
+  if (version == 1) CauseFromV1Reason(x);
+  return x;
+}
+
+Record GetRecordBody(Reader& r, uint8_t version) {
   const auto tag = r.Enum<Tag>("record tag", 1, 9);
   if (!r.ok()) return Record{};
   switch (tag) {
@@ -266,14 +305,8 @@ Record GetRecordBody(Reader& r) {
       x.at_ms = r.I64("at_ms");
       return x;
     }
-    case Tag::kDecided: {
-      Decided x;
-      x.decision = r.Enum<Decision>("decision", 0, 2);
-      x.reason = r.Str("reason");
-      x.at_ms = r.I64("at_ms");
-      if (r.Bool("has_approval")) x.approval_id = r.Str("approval_id");
-      return x;
-    }
+    case Tag::kDecided:
+      return GetDecided(r, version);
     case Tag::kBranchResolved: {
       BranchResolved x;
       x.branch_id = r.Str("branch_id");
@@ -335,9 +368,9 @@ std::string EncodeRecord(const Record& record) {
 
 absl::StatusOr<Record> DecodeRecord(std::string_view bytes) {
   Reader r(bytes);
-  r.Version("record");
+  const uint8_t version = r.Version("record");
   Record record;
-  if (r.ok()) record = GetRecordBody(r);
+  if (r.ok()) record = GetRecordBody(r, version);
   if (absl::Status s = r.Finish("record"); !s.ok()) return s;
   return record;
 }

@@ -2,7 +2,8 @@
 // and approvals. Used by the RocksDB log (values) and for byte accounting.
 // Pure functions; thread-safe.
 //
-// Every encoded value starts with a format version byte (kFormatVersion).
+// Every encoded value starts with a format version byte. Values are written
+// in kFormatVersion and read in any version from kOldestFormatVersion on.
 // Decoding is strict: an unknown version, an unknown tag or enum value, a
 // bool that is neither 0 nor 1, a value cut short or followed by trailing
 // bytes is DATA_LOSS, never a guess.
@@ -21,7 +22,7 @@
 //                        u32 attempts, string last_error, i64 at_ms
 //   tag 4 StateChanged   u8 state, u8 has_content_hash, [hash content_hash],
 //                        i64 approval_deadline_ms, i64 at_ms
-//   tag 5 Decided        u8 decision, string reason, i64 at_ms,
+//   tag 5 Decided        u8 decision, u8 cause, string reason, i64 at_ms,
 //                        u8 has_approval, [string approval_id]
 //   tag 6 BranchResolved string branch_id, string approval_id, i64 at_ms
 //   tag 7 Flagged        string branch_id, u8 stuck, string reason, i64 at_ms
@@ -45,6 +46,14 @@
 //
 // Enum values are those of records.h (stored: never renumbered). A change
 // of any layout takes a new version; old versions keep decoding.
+//
+// Versions:
+//   1  as above, but Decided had no cause: u8 decision, string reason, ...
+//      Its cause was a prefix of the reason ("rollback: ", "forced: ",
+//      "approved: ", "deadline: ", "witnessed: "; none: the decision rule).
+//      A version-1 Decided decodes with that cause and the prefix removed
+//      from its reason; this decoder is the only place that knows them.
+//   2  Decided carries its cause. Summaries and approvals are as in 1.
 #pragma once
 
 #include <cstdint>
@@ -57,7 +66,10 @@
 
 namespace tcc::wal::internal {
 
-inline constexpr uint8_t kFormatVersion = 1;
+// The version written; also the data directory's (keys::kFormatVersion).
+inline constexpr uint8_t kFormatVersion = 2;
+// The oldest version still read.
+inline constexpr uint8_t kOldestFormatVersion = 1;
 
 std::string EncodeRecord(const Record& record);
 // The same, appended to `out` (whose buffer a caller may reuse).

@@ -320,6 +320,11 @@ class RocksDbLog::Impl {
     std::unique_ptr<rocksdb::Iterator> records;
   };
 
+  // Reads the data directory's format version (Open, before the threads
+  // start). A new log, or one of an older version this build reads, is
+  // marked kFormatVersion, synced, before anything of that version is
+  // written; see the definition for why upgrading an old one is safe.
+  absl::Status CheckFormatVersion(bool had_db);
   void WriterLoop();
   void SyncerLoop();
   void ProcessGroup(std::vector<WorkItem>& group);
@@ -517,38 +522,7 @@ absl::Status RocksDbLog::Impl::Open() {
   db_.reset(raw);
   insert_hints->SetEnabled(true);  // the WAL is replayed
 
-  std::string version;
-  rocksdb::Status got =
-      db_->Get(rocksdb::ReadOptions(), keys::kFormatVersion, &version);
-  if (got.IsNotFound()) {
-    if (had_db) {
-      return absl::DataLossError(
-          absl::StrCat("WAL: ", db_dir_.string(),
-                       " has no format version: not a tccd log, or damaged"));
-    }
-    rocksdb::WriteBatch batch;
-    batch.Put(keys::kFormatVersion,
-              std::string(1, static_cast<char>(internal::kFormatVersion)));
-    rocksdb::WriteOptions wo;
-    wo.sync = true;
-    if (absl::Status s =
-            FromRocks(db_->Write(wo, &batch), "writing the format version");
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = FromRocks(db_->FlushWAL(true), "syncing the WAL");
-        !s.ok()) {
-      return s;
-    }
-  } else if (!got.ok()) {
-    return FromRocks(got, "reading the format version");
-  } else if (version.size() != 1 ||
-             static_cast<uint8_t>(version[0]) != internal::kFormatVersion) {
-    return absl::DataLossError(
-        absl::StrCat("WAL: ", db_dir_.string(), " has unknown format version ",
-                     version.empty() ? -1 : static_cast<uint8_t>(version[0]),
-                     "; this build reads version ", internal::kFormatVersion));
-  }
+  if (absl::Status s = CheckFormatVersion(had_db); !s.ok()) return s;
   if (!had_marker) {
     if (absl::Status s = WriteSyncedFile(marker, kMarkerText); !s.ok()) {
       return s;
@@ -586,6 +560,52 @@ void RocksDbLog::Impl::Warn(const std::string& line) const {
   } else {
     std::fprintf(stderr, "%s\n", line.c_str());
   }
+}
+
+absl::Status RocksDbLog::Impl::CheckFormatVersion(bool had_db) {
+  std::string version;
+  rocksdb::Status got =
+      db_->Get(rocksdb::ReadOptions(), keys::kFormatVersion, &version);
+  if (got.IsNotFound()) {
+    if (had_db) {
+      return absl::DataLossError(
+          absl::StrCat("WAL: ", db_dir_.string(),
+                       " has no format version: not a tccd log, or damaged"));
+    }
+  } else if (!got.ok()) {
+    return FromRocks(got, "reading the format version");
+  } else if (version.size() != 1 ||
+             static_cast<uint8_t>(version[0]) <
+                 internal::kOldestFormatVersion ||
+             static_cast<uint8_t>(version[0]) > internal::kFormatVersion) {
+    return absl::DataLossError(absl::StrCat(
+        "WAL: ", db_dir_.string(), " has unknown format version ",
+        version.empty() ? -1 : static_cast<uint8_t>(version[0]),
+        "; this build reads versions ", internal::kOldestFormatVersion, " to ",
+        internal::kFormatVersion));
+  } else if (static_cast<uint8_t>(version[0]) == internal::kFormatVersion) {
+    return absl::OkStatus();
+  }
+  // A new log, or an older version: from now on this build appends values
+  // of kFormatVersion. Safe for an old log because every value carries its
+  // own version and the codec reads the old ones as they are (nothing is
+  // rewritten), and because the mark is durable before any new value is
+  // written: a crash leaves either the old mark over old values or the new
+  // mark over old values, both readable. It is what makes a build that only
+  // reads the old version refuse this log at open ("unknown format
+  // version") instead of failing on the first new record in the middle of
+  // its recovery scan; going back to such a build is not supported.
+  rocksdb::WriteBatch batch;
+  batch.Put(keys::kFormatVersion,
+            std::string(1, static_cast<char>(internal::kFormatVersion)));
+  rocksdb::WriteOptions wo;
+  wo.sync = true;
+  if (absl::Status s =
+          FromRocks(db_->Write(wo, &batch), "writing the format version");
+      !s.ok()) {
+    return s;
+  }
+  return FromRocks(db_->FlushWAL(true), "syncing the WAL");
 }
 
 void RocksDbLog::Impl::Enqueue(WorkItem item) {

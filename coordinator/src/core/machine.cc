@@ -22,57 +22,9 @@ bool IsResolved(PhaseState s) {
   return s == PhaseState::kSucceeded || s == PhaseState::kFailed;
 }
 
-bool HasPrefix(const std::string& s, const char* prefix) {
-  return s.rfind(prefix, 0) == 0;
-}
-
-DecisionCause CauseFromReason(const std::string& reason) {
-  if (HasPrefix(reason, kReasonRollback)) return DecisionCause::kRollback;
-  if (HasPrefix(reason, kReasonForced)) return DecisionCause::kForced;
-  if (HasPrefix(reason, kReasonGate)) return DecisionCause::kGate;
-  if (HasPrefix(reason, kReasonDeadline)) return DecisionCause::kDeadline;
-  if (HasPrefix(reason, kReasonWitnessed)) return DecisionCause::kWitnessed;
-  return DecisionCause::kRule;
-}
-
-const char* PrefixFor(DecisionCause cause) {
-  switch (cause) {
-    case DecisionCause::kRollback:
-      return kReasonRollback;
-    case DecisionCause::kForced:
-      return kReasonForced;
-    case DecisionCause::kGate:
-      return kReasonGate;
-    case DecisionCause::kDeadline:
-      return kReasonDeadline;
-    case DecisionCause::kWitnessed:
-      return kReasonWitnessed;
-    default:
-      return "";
-  }
-}
-
 std::string StatusText(const absl::Status& s) {
   return absl::StrCat(absl::StatusCodeToString(s.code()), ": ",
                       std::string(s.message().data(), s.message().size()));
-}
-
-std::string BarrierName(BarrierState b) {
-  switch (b) {
-    case BarrierState::kNotFound:
-      return "NOT_FOUND";
-    case BarrierState::kTried:
-      return "TRIED";
-    case BarrierState::kTryRejected:
-      return "TRY_REJECTED";
-    case BarrierState::kCancelledBeforeTry:
-      return "CANCELLED_BEFORE_TRY";
-    case BarrierState::kConfirmed:
-      return "CONFIRMED";
-    case BarrierState::kCancelled:
-      return "CANCELLED";
-  }
-  return "?";
 }
 
 Hash HashOfBranch(uint64_t revision, const BranchSpec& b) {
@@ -299,7 +251,7 @@ void Stepper::Witness(uint32_t b, Decision d, BarrierState seen) {
   const bool had_failures = br.failures > 0;
   br.failures = 0;
   const std::string why =
-      absl::StrCat("query: barrier holds ", BarrierName(seen),
+      absl::StrCat("query: barrier holds ", BarrierStateName(seen),
                    " but no decision was recorded");
   if (d == Decision::kConfirm) {
     // Confirm follows only an EXECUTED Try.
@@ -345,7 +297,7 @@ bool Stepper::DecideByWitnesses() {
   auto name = [&](int b) {
     const BranchRuntime& br = t_.branches[b];
     return absl::StrCat("branch ", br.spec.branch_id, " (",
-                        BarrierName(br.witness_state), ")");
+                        BarrierStateName(br.witness_state), ")");
   };
   if (confirm >= 0 && cancel >= 0) {
     Hold(absl::StrCat(name(confirm), " witnesses Confirm, ", name(cancel),
@@ -431,14 +383,17 @@ uint64_t Stepper::Decide(Decision d, DecisionCause cause, std::string reason,
   t_.state_before_decision = t_.state;
   wal::Decided rec;
   rec.decision = d;
-  rec.reason = absl::StrCat(PrefixFor(cause), reason);
+  rec.cause = cause;
+  rec.reason = std::move(reason);
   rec.at_ms = now_;
   if (!approval_id.empty()) rec.approval_id = approval_id;
   const uint64_t seq = Record1(std::move(rec), Durability::kDurable);
   p.seq = seq;
   t_.pending.push_back(std::move(p));
   AbandonTryOps();
-  Signal(SignalKind::kDecided, -1, t_.decision_reason);
+  Signal(SignalKind::kDecided, -1,
+         absl::StrCat(wal::DecisionCauseName(t_.decision_cause), ": ",
+                      t_.decision_reason));
   if (o_.breakers.act_before_decision_durable) OnDecidedDurable();
   return seq;
 }
@@ -1031,7 +986,7 @@ absl::Status Stepper::On(const QueryReplyEvent& e) {
       TryStillUnknown(e.branch,
                       e.status.ok()
                           ? absl::StrCat("query: not authoritative ",
-                                         BarrierName(e.barrier))
+                                         BarrierStateName(e.barrier))
                           : absl::StrCat("query: ", StatusText(e.status)));
     }
     return absl::OkStatus();
@@ -1057,7 +1012,7 @@ absl::Status Stepper::On(const QueryReplyEvent& e) {
     case BarrierState::kCancelled:
       if (!same) {
         ResolveTry(e.branch, PhaseState::kFailed, Outcome::kConflict,
-                   absl::StrCat("query: ", BarrierName(e.barrier),
+                   absl::StrCat("query: ", BarrierStateName(e.barrier),
                                 " under another branch hash"));
         return absl::OkStatus();
       }
@@ -1503,7 +1458,7 @@ absl::Status ApplyRecord(Txn& t, const wal::Record& record) {
     if (t.decision == d->decision) return absl::OkStatus();
     t.decision = d->decision;
     t.decision_reason = d->reason;
-    t.decision_cause = CauseFromReason(d->reason);
+    t.decision_cause = d->cause;
     t.decided_at_ms = d->at_ms;
     t.state = d->decision == Decision::kConfirm ? TxnState::kConfirming
                                                 : TxnState::kCancelling;
@@ -1542,6 +1497,30 @@ absl::Status ApplyRecord(Txn& t, const wal::Record& record) {
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError("unknown record");
+}
+
+const char* SignalKindName(SignalKind kind) {
+  switch (kind) {
+    case SignalKind::kAlert:
+      return "alert";
+    case SignalKind::kStuck:
+      return "stuck";
+    case SignalKind::kUnstuck:
+      return "unstuck";
+    case SignalKind::kUnknownOutcome:
+      return "unknown outcome";
+    case SignalKind::kUnknownResolved:
+      return "unknown resolved";
+    case SignalKind::kRetry:
+      return "retry";
+    case SignalKind::kDecided:
+      return "decided";
+    case SignalKind::kFinished:
+      return "finished";
+    case SignalKind::kLostDecision:
+      return "lost decision";
+  }
+  return "?";
 }
 
 StepResult Step(Txn& txn, const Event& event, int64_t now_ms,

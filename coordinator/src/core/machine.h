@@ -32,67 +32,126 @@
 //
 // ## State table
 //
-// Rows: transaction state. Columns: events. "-" = refused with a status,
-// nothing changed. Replies, query answers, retries and durable notifications
-// are legal in every state that has calls in flight (stale ones are ignored).
+// Rows: transaction state; columns: events. "- X" = refused with status X,
+// nothing changed (FP FAILED_PRECONDITION, AE ALREADY_EXISTS, NF NOT_FOUND);
+// "ignored" = OK, nothing changed; "-> S" = the transaction moves to S (to
+// CONFIRMING or CANCELLING: a decision, which callers see once its Decided
+// record is durable). The test "every (state, event) pair" in
+// tests/core/machine_test.cc checks each cell.
 //
-//  state \ event  | Submit/Begin    | Try (interactive)   | Commit(ids) |
-//  Rollback         | deadline        | gate approve / force
-//  ---------------+-----------------+---------------------+------------------------+------------------+-----------------+----------------------
-//  (none)         | create: TRYING  | - NOT_FOUND         | - NOT_FOUND | -
-//  NOT_FOUND      | ignored         | - NOT_FOUND
-//                 |  (Submit) / OPEN|                     | | | |
-//  OPEN           | same hash: dup; | new id: register+Try| ids differ: - FP;
-//  | -> CANCELLING    | -> CANCELLING   | force cancel ->
-//                 | else - AE       | same hash: dup      | -> TRYING (+rule)
-//                 |                  |                 |  CANCELLING | | other
-//                 hash: - AE    |                        |                  |
-//                 | force confirm if all EXECUTED
-//  TRYING         | dup / - AE      | dup; new: - FP      | ids differ - FP;
-//  wait  | -> CANCELLING    | unknown left -> | force cancel / confirm
-//                 |                 |                     | | |  CANCELLING |
-//                 as above
-//  AWAITING_APPR. | dup / - AE      | dup; new: - FP      | wait (idempotent)
-//  | -> CANCELLING    | approval dl ->  | approve/force confirm ->
-//                 |                 |                     | | |  CANCELLING |
-//                 CONFIRMING
-//  CONFIRMING     | dup / - AE      | dup; new: - FP      | answers the
-//  decision   | - FP (opposite)  | ignored         | same: ok; opposite - FP
-//  CANCELLING     | dup / - AE      | dup; new: - FP      | ABORTED, or - FP
-//  after | answers          | ignored         | same: ok; opposite - FP
-//                 |                 |                     |  a Rollback/forced
-//                 |                  |                 |
-//  CONFIRMED /    | dup / - AE      | dup; new: - FP      | as CONFIRMING / |
-//  as above         | ignored         | - FP CANCELLED      |                 |
-//  |  CANCELLING            |                  |                 |
+// clang-format off
 //
-//  (FP = FAILED_PRECONDITION, AE = ALREADY_EXISTS.)
+// Requests from callers:
+//
+//   state              | Submit / Begin      | Try (interactive)         | Commit(ids)             | Rollback
+//   -------------------+---------------------+---------------------------+-------------------------+------------------
+//   (none)             | Submit: TRYING;     | - NF                      | - NF                    | - NF
+//                      |  Begin: OPEN        |                           |                         |
+//   OPEN               | dup / - AE [1]      | new id: registered, Try   | -> TRYING (content      | -> CANCELLING [5]
+//                      |                     |  once durable; known [2]  |  fixed), the rule [3]   |
+//   TRYING             | dup / - AE [1]      | new id: - FP; known [2]   | waits [3]               | -> CANCELLING [5]
+//   AWAITING_APPROVAL  | dup / - AE [1]      | new id: - FP; known [2]   | waits [3]               | -> CANCELLING
+//   CONFIRMING         | dup / - AE [1]      | new id: - FP; known [2]   | answers OK [3]          | - FP
+//   CANCELLING         | dup / - AE [1]      | new id: - FP; known [2]   | ABORTED, or - FP [4]    | answers OK
+//   CONFIRMED          | dup / - AE [1]      | new id: - FP; known [2]   | answers OK [3]          | - FP
+//   CANCELLED          | dup / - AE [1]      | new id: - FP; known [2]   | ABORTED, or - FP [4]    | answers OK
+//
+// Timers and recovery:
+//
+//   state              | try-deadline [6]            | approval deadline | Resume (new owner epoch)
+//   -------------------+-----------------------------+-------------------+-------------------------------------
+//   (none)             | - NF                        | - NF              | - NF
+//   OPEN               | -> CANCELLING [7]           | ignored           | try-deadline re-armed (passed: as
+//   TRYING             | a Try not SUCCEEDED:        | ignored           |  its column); the rule; unresolved
+//                      |  -> CANCELLING [7]          |                   |  Trys queried [8]
+//   AWAITING_APPROVAL  | ignored                     | -> CANCELLING     | approval deadline re-armed (or
+//                      |                             |                   |  passed: -> CANCELLING)
+//   CONFIRMING         | ignored                     | ignored           | phase 2 re-sent to the branches
+//   CANCELLING         | ignored                     | ignored           |  not acknowledged
+//   CONFIRMED          | ignored                     | ignored           | - FP
+//   CANCELLED          | ignored                     | ignored           | - FP
+//
+// Operators, each with a one-time approval (DESIGN.md section 10):
+//
+//   state              | gate approve     | force Confirm             | force Cancel   | resolve branch
+//   -------------------+------------------+---------------------------+----------------+-------------------------
+//   (none)             | - NF             | - NF                      | - NF           | - NF
+//   OPEN               | - FP             | - FP                      | -> CANCELLING  | - FP
+//   TRYING             | - FP             | every Try EXECUTED, or    | -> CANCELLING  | - FP
+//                      |                  |  held [9]: -> CONFIRMING; |                |
+//                      |                  |  else - FP                |                |
+//   AWAITING_APPROVAL  | -> CONFIRMING    | -> CONFIRMING             | -> CANCELLING  | - FP
+//   CONFIRMING         | - FP             | - FP                      | - FP           | phase 2 not done: done
+//   CANCELLING         | - FP             | - FP                      | - FP           |  by hand; else - FP
+//   CONFIRMED          | - FP             | - FP                      | - FP           | - FP
+//   CANCELLED          | - FP             | - FP                      | - FP           | - FP
+//
+// clang-format on
+//
+// [1] dup: the same kind (Submit, Begin) with the same content (Submit: the
+//     content hash; Begin: revision and gate) is a duplicate, answered as it
+//     asks; anything else - AE.
+// [2] A known branch id with the same content is a duplicate; with other
+//     content - AE. A new id on a submitted transaction is - FP too.
+// [3] Ids that differ from the registered ones: - FP in every state. The
+//     caller is answered as wait_for asks; a Cancel decision answers ABORTED.
+// [4] - FP when the Cancel was a Rollback or forced; ABORTED when the rule,
+//     a deadline or a witness decided it.
+// [5] - FP while held [9]; UNAVAILABLE while a branch witnesses a Confirm
+//     the WAL lost (the witness rule decides first).
+// [6] The try-deadline has passed when the wall clock says so or when the
+//     monotonic timer armed for it ran out (DeadlineEvent), whichever is first.
+// [7] Not against a witness: a branch's barrier that shows a decision the WAL
+//     lost decides instead, or holds the transaction [9].
+// [8] After a restart every registered branch may have been tried, so none
+//     is tried again before a Query says NOT_FOUND.
+// [9] Held: witnesses contradict each other (Txn::held_reason); no automatic
+//     decision, an operator forces one.
+//
+// A request that would quote a decision not yet durable is UNAVAILABLE
+// (retry), whatever the table says. Replies, query answers, retry timers and
+// durable notices are legal in every state that has calls or persists in
+// flight; stale ones are ignored; a reply to a call never made, an answer to
+// a query never asked or a durable notice for no persist is
+// INVALID_ARGUMENT.
 //
 // Branch Try phase (per branch):
-//   NOT_SENT --durable--> UNKNOWN (call in flight)
-//   UNKNOWN --EXECUTED--> SUCCEEDED; --REJECTED/HANGING_REFUSED/CONFLICT, or a
-//   definite refusal (FAILED_PRECONDITION, INVALID_ARGUMENT; alert)-->
-//   FAILED UNKNOWN --transient error/timeout--> UNKNOWN, backoff, then Query:
-//     TRIED(same hash) -> SUCCEEDED; TRY_REJECTED, TRIED(other hash),
-//     CANCELLED_BEFORE_TRY -> FAILED; authoritative NOT_FOUND -> re-send Try
-//     (same key) before the try-deadline, else decide Cancel; CONFIRMED or
-//     CANCELLED with no decision -> alert + flag, stays UNKNOWN; not
-//     authoritative / error -> stays UNKNOWN, backoff, Query again.
-//   A Try that provably never left (driver's circuit breaker, `not_sent`) on a
-//   branch never sent before -> FAILED.
+//
+// clang-format off
+//   NOT_SENT --durable-------------------------------> UNKNOWN (call in flight)
+//   UNKNOWN  --EXECUTED------------------------------> SUCCEEDED
+//   UNKNOWN  --REJECTED / HANGING_REFUSED / CONFLICT-> FAILED
+//   UNKNOWN  --a definite refusal (FAILED_PRECONDITION,
+//              INVALID_ARGUMENT; an alert)------------> FAILED
+//   UNKNOWN  --transient error, timeout--------------> UNKNOWN; backoff, then Query:
+//     TRIED (same hash)                                -> SUCCEEDED
+//     TRY_REJECTED                                     -> FAILED
+//     TRIED, CANCELLED_BEFORE_TRY, CONFIRMED or        -> FAILED (CONFLICT)
+//       CANCELLED under another hash
+//     CANCELLED_BEFORE_TRY, CONFIRMED, CANCELLED       -> a witness of a lost decision
+//       (same hash; no decision is recorded)              (DESIGN.md section 8): stays
+//                                                         UNKNOWN, alert, the witness rule
+//     authoritative NOT_FOUND                          -> Try re-sent (same key) before
+//                                                         the try-deadline, else the
+//                                                         deadline decides; beside a
+//                                                         witness, a fact for its rule
+//     not authoritative, an error                      -> UNKNOWN; backoff, Query again
+//   A Try that provably never left (the driver's circuit breaker, `not_sent`)
+//   on a branch never sent before -> FAILED.
+// clang-format on
+//
 // Decision rule (TRYING; after the witness rule): any FAILED -> Cancel; all
-// SUCCEEDED -> Confirm (or AWAITING_APPROVAL with the gate); try-deadline
-// with any not SUCCEEDED -> Cancel. The try-deadline has passed when the wall
-// clock says so or when the monotonic timer armed for it ran out
-// (DeadlineEvent), whichever comes first. OPEN decides only on Commit, Rollback
-// or its deadline. Phase 2 (per branch): sent to every branch once Decided is
+// SUCCEEDED -> Confirm (or AWAITING_APPROVAL with the gate); try-deadline with
+// any not SUCCEEDED -> Cancel. OPEN decides only on Commit, Rollback or its
+// deadline. Phase 2 (per branch): sent to every branch once Decided is
 // durable; Confirm EXECUTED, Cancel EXECUTED / EMPTY_ROLLBACK / CONFLICT (with
-// an alert)
-// -> SUCCEEDED. Anything else is retried forever with backoff; after
+// an alert) -> SUCCEEDED. Anything else is retried forever with backoff; after
 // `stuck_after_failures` failures, or on a definite refusal
 // (FAILED_PRECONDITION or INVALID_ARGUMENT, core/participant_status.h), the
 // branch is flagged STUCK (alert) and retried at the slowest rate. All
-// SUCCEEDED -> CONFIRMED / CANCELLED (Finished record, buffered).
+// SUCCEEDED -> CONFIRMED / CANCELLED (Finished record, buffered). The
+// try-deadline has passed when the wall clock says so or when the monotonic
+// timer armed for it ran out (DeadlineEvent), whichever comes first.
 //
 // Recovery: replay each record with ReplayEvent (no effects), then one
 // ResumeEvent with the new owner epoch: unresolved Trys are queried, phase 2
@@ -307,6 +366,9 @@ enum class SignalKind : uint8_t {
   // WAL lost it.
   kLostDecision,
 };
+// "alert", "stuck", "unstuck", "unknown outcome", "unknown resolved",
+// "retry", "decided", "finished", "lost decision"; "?" out of range.
+const char* SignalKindName(SignalKind kind);
 
 struct SignalEffect {
   SignalKind kind = SignalKind::kAlert;
@@ -334,12 +396,5 @@ struct StepResult {
 // for every change and by recovery (ReplayEvent). INVALID_ARGUMENT when the
 // record does not fit the transaction (nothing changed).
 [[nodiscard]] absl::Status ApplyRecord(Txn& txn, const wal::Record& record);
-
-// Reason prefixes stored in Decided records (DecisionCause survives recovery).
-inline constexpr char kReasonRollback[] = "rollback: ";
-inline constexpr char kReasonForced[] = "forced: ";
-inline constexpr char kReasonGate[] = "approved: ";
-inline constexpr char kReasonDeadline[] = "deadline: ";
-inline constexpr char kReasonWitnessed[] = "witnessed: ";
 
 }  // namespace tcc::core

@@ -36,11 +36,13 @@ TransactionView MakeView(const Txn& t) {
   v.gid = t.gid;
   v.state = t.state;
   v.decision = t.decision;
+  v.decision_cause = t.decision_cause;
   v.decision_reason = t.decision_reason;
   v.decided_at_ms = t.decided_at_ms;
   if (t.decision != Decision::kNone && !t.decision_durable) {
     v.state = t.state_before_decision;
     v.decision = Decision::kNone;
+    v.decision_cause = DecisionCause::kNone;
     v.decision_reason.clear();
     v.decided_at_ms = 0;
   }
@@ -64,64 +66,20 @@ TransactionView MakeView(const Txn& t) {
   return v;
 }
 
-const char* DecisionName(Decision d) {
-  switch (d) {
-    case Decision::kConfirm:
-      return "Confirm";
-    case Decision::kCancel:
-      return "Cancel";
-    case Decision::kNone:
-      break;
-  }
-  return "none";
-}
-
-const char* TxnStateName(TxnState s) {
-  switch (s) {
-    case TxnState::kOpen:
-      return "OPEN";
-    case TxnState::kTrying:
-      return "TRYING";
-    case TxnState::kAwaitingApproval:
-      return "AWAITING_APPROVAL";
-    case TxnState::kConfirming:
-      return "CONFIRMING";
-    case TxnState::kConfirmed:
+const char* BarrierStateName(BarrierState state) {
+  switch (state) {
+    case BarrierState::kNotFound:
+      return "NOT_FOUND";
+    case BarrierState::kTried:
+      return "TRIED";
+    case BarrierState::kTryRejected:
+      return "TRY_REJECTED";
+    case BarrierState::kCancelledBeforeTry:
+      return "CANCELLED_BEFORE_TRY";
+    case BarrierState::kConfirmed:
       return "CONFIRMED";
-    case TxnState::kCancelling:
-      return "CANCELLING";
-    case TxnState::kCancelled:
+    case BarrierState::kCancelled:
       return "CANCELLED";
-  }
-  return "?";
-}
-
-const char* OutcomeName(Outcome o) {
-  switch (o) {
-    case Outcome::kNone:
-      return "NONE";
-    case Outcome::kExecuted:
-      return "EXECUTED";
-    case Outcome::kEmptyRollback:
-      return "EMPTY_ROLLBACK";
-    case Outcome::kRejected:
-      return "REJECTED";
-    case Outcome::kHangingRefused:
-      return "HANGING_REFUSED";
-    case Outcome::kConflict:
-      return "CONFLICT";
-  }
-  return "?";
-}
-
-const char* PhaseName(Phase p) {
-  switch (p) {
-    case Phase::kTry:
-      return "Try";
-    case Phase::kConfirm:
-      return "Confirm";
-    case Phase::kCancel:
-      return "Cancel";
   }
   return "?";
 }

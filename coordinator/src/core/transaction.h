@@ -24,11 +24,19 @@ namespace tcc::core {
 
 using wal::BranchSpec;
 using wal::Decision;
+using wal::DecisionCause;
 using wal::Hash;
 using wal::Outcome;
 using wal::Phase;
 using wal::PhaseState;
 using wal::TxnState;
+// The names of those enums are the WAL's (records.h).
+using wal::DecisionCauseName;
+using wal::DecisionName;
+using wal::OutcomeName;
+using wal::PhaseName;
+using wal::PhaseStateName;
+using wal::TxnStateName;
 
 // Identifies one waiting caller; chosen by the driver, opaque to the core.
 using RequestId = uint64_t;
@@ -50,21 +58,9 @@ enum class BarrierState : uint8_t {
   kConfirmed = 5,
   kCancelled = 6,
 };
-
-// Why a decision was made. Stored in the Decided record's reason prefix so
-// that recovery knows it too (Commit after a Rollback is FAILED_PRECONDITION,
-// Commit after a failed Try is ABORTED).
-enum class DecisionCause : uint8_t {
-  kNone = 0,
-  kRule = 1,      // the decision rule (all EXECUTED, or a Try failed)
-  kDeadline = 2,  // try-deadline, OPEN deadline or approval deadline
-  kRollback = 3,  // the caller asked
-  kForced = 4,    // an operator, with a one-time approval
-  kGate = 5,      // the approval gate was approved
-  // A participant's barrier witnessed a decision the WAL had lost
-  // (DESIGN.md section 8): adopted, never decided against.
-  kWitnessed = 6,
-};
+// "NOT_FOUND", "TRIED", "TRY_REJECTED", "CANCELLED_BEFORE_TRY", "CONFIRMED",
+// "CANCELLED" (as tcc.v1.BarrierState names them); "?" out of range.
+const char* BarrierStateName(BarrierState state);
 
 // A one-call transaction (tcc.v1.SubmitRequest, mapped by the daemon).
 struct SubmitSpec {
@@ -264,6 +260,7 @@ struct TransactionView {
   std::string gid;
   TxnState state = TxnState::kTrying;
   Decision decision = Decision::kNone;
+  DecisionCause decision_cause = DecisionCause::kNone;
   std::string decision_reason;
   std::optional<Hash> content_hash;
   uint64_t revision = 0;
@@ -282,11 +279,5 @@ struct TransactionView {
 
 TransactionView MakeView(const Txn& txn);
 BranchView MakeBranchView(const BranchRuntime& branch);
-
-const char* TxnStateName(TxnState state);
-// "Confirm", "Cancel" or "none".
-const char* DecisionName(Decision decision);
-const char* OutcomeName(Outcome outcome);
-const char* PhaseName(Phase phase);
 
 }  // namespace tcc::core

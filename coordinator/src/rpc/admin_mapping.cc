@@ -1,31 +1,16 @@
 #include "rpc/admin_mapping.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/transaction.h"
 #include "tcc/identity/content_hash.h"
 
 namespace tcc::rpc {
 namespace {
 
-const char* PhaseStateName(wal::PhaseState s) {
-  switch (s) {
-    case wal::PhaseState::kNotSent:
-      return "NOT_SENT";
-    case wal::PhaseState::kUnknown:
-      return "UNKNOWN";
-    case wal::PhaseState::kSucceeded:
-      return "SUCCEEDED";
-    case wal::PhaseState::kFailed:
-      return "FAILED";
-  }
-  return "?";
-}
-
+// Everything of a record's timeline entry but its kind.
 struct Describe {
   tcc::v1::RecordView* out;
 
   void operator()(const wal::Registered& r) const {
-    out->set_kind("Registered");
     out->set_at_ms(r.registered_at_ms);
     std::string ids;
     for (const auto& b : r.branches) {
@@ -39,38 +24,35 @@ struct Describe {
                                   r.approval_gate ? ", approval gate on" : ""));
   }
   void operator()(const wal::BranchAdded& r) const {
-    out->set_kind("BranchAdded");
     out->set_branch_id(r.branch.branch_id);
     out->set_summary(absl::StrCat("branch ", r.branch.branch_id, " (",
                                   r.branch.participant, " ", r.branch.action,
                                   ") added"));
   }
   void operator()(const wal::PhaseUpdate& r) const {
-    out->set_kind("PhaseUpdate");
     out->set_at_ms(r.at_ms);
     out->set_branch_id(r.branch_id);
     // e.g. "Try: UNKNOWN (attempt 2): deadline exceeded".
     const char* outcome =
-        r.outcome == wal::Outcome::kNone ? "" : core::OutcomeName(r.outcome);
-    out->set_summary(
-        absl::StrCat(core::PhaseName(r.phase), ": ", PhaseStateName(r.state),
-                     *outcome ? " " : "", outcome, " (attempt ", r.attempts,
-                     ")", r.last_error.empty() ? "" : ": ", r.last_error));
+        r.outcome == wal::Outcome::kNone ? "" : wal::OutcomeName(r.outcome);
+    out->set_summary(absl::StrCat(
+        wal::PhaseName(r.phase), ": ", wal::PhaseStateName(r.state),
+        *outcome ? " " : "", outcome, " (attempt ", r.attempts, ")",
+        r.last_error.empty() ? "" : ": ", r.last_error));
   }
   void operator()(const wal::StateChanged& r) const {
-    out->set_kind("StateChanged");
     out->set_at_ms(r.at_ms);
-    out->set_summary(absl::StrCat("-> ", core::TxnStateName(r.state)));
+    out->set_summary(absl::StrCat("-> ", wal::TxnStateName(r.state)));
   }
   void operator()(const wal::Decided& r) const {
-    out->set_kind("Decided");
     out->set_at_ms(r.at_ms);
     if (r.approval_id) out->set_approval_id(*r.approval_id);
-    out->set_summary(
-        absl::StrCat(core::DecisionName(r.decision), ": ", r.reason));
+    // e.g. "Cancel, rollback: requested by the caller".
+    out->set_summary(absl::StrCat(wal::DecisionName(r.decision), ", ",
+                                  wal::DecisionCauseName(r.cause), ": ",
+                                  r.reason));
   }
   void operator()(const wal::BranchResolved& r) const {
-    out->set_kind("BranchResolved");
     out->set_at_ms(r.at_ms);
     out->set_branch_id(r.branch_id);
     out->set_approval_id(r.approval_id);
@@ -79,19 +61,16 @@ struct Describe {
                                   ")"));
   }
   void operator()(const wal::Flagged& r) const {
-    out->set_kind("Flagged");
     out->set_at_ms(r.at_ms);
     out->set_branch_id(r.branch_id);
     out->set_summary(
         absl::StrCat(r.stuck ? "STUCK: " : "no longer stuck: ", r.reason));
   }
   void operator()(const wal::Finished& r) const {
-    out->set_kind("Finished");
     out->set_at_ms(r.at_ms);
-    out->set_summary(core::TxnStateName(r.state));
+    out->set_summary(wal::TxnStateName(r.state));
   }
   void operator()(const wal::EpochTaken& r) const {
-    out->set_kind("EpochTaken");
     out->set_at_ms(r.at_ms);
     out->set_summary(absl::StrCat("owner epoch ", r.owner_epoch,
                                   " took over (restart or recovery)"));
@@ -148,6 +127,7 @@ void ToProto(const wal::Approval& a, tcc::v1::Approval* out) {
 }
 
 void ToProto(const wal::Record& record, tcc::v1::RecordView* out) {
+  out->set_kind(wal::RecordName(record));
   std::visit(Describe{out}, record);
 }
 

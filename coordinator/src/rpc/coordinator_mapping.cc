@@ -109,6 +109,26 @@ tcc::v1::Decision ToProto(wal::Decision decision) {
   return tcc::v1::DECISION_UNSPECIFIED;
 }
 
+tcc::v1::DecisionCause ToProto(wal::DecisionCause cause) {
+  switch (cause) {
+    case wal::DecisionCause::kRule:
+      return tcc::v1::DECISION_CAUSE_RULE;
+    case wal::DecisionCause::kDeadline:
+      return tcc::v1::DECISION_CAUSE_DEADLINE;
+    case wal::DecisionCause::kRollback:
+      return tcc::v1::DECISION_CAUSE_ROLLBACK;
+    case wal::DecisionCause::kForced:
+      return tcc::v1::DECISION_CAUSE_FORCED;
+    case wal::DecisionCause::kGate:
+      return tcc::v1::DECISION_CAUSE_GATE_APPROVED;
+    case wal::DecisionCause::kWitnessed:
+      return tcc::v1::DECISION_CAUSE_WITNESSED;
+    case wal::DecisionCause::kNone:
+      break;
+  }
+  return tcc::v1::DECISION_CAUSE_UNSPECIFIED;
+}
+
 tcc::v1::Outcome ToProto(wal::Outcome outcome) {
   switch (outcome) {
     case wal::Outcome::kExecuted:
@@ -168,6 +188,7 @@ void ToProto(const core::TransactionView& view, tcc::v1::TransactionView* out) {
   out->set_gid(view.gid);
   out->set_state(ToProto(view.state));
   out->set_decision(ToProto(view.decision));
+  out->set_decision_cause(ToProto(view.decision_cause));
   out->set_decision_reason(view.decision_reason);
   if (view.content_hash) {
     out->set_content_hash(identity::ToBytes(*view.content_hash));

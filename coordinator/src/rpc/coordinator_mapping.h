@@ -20,6 +20,7 @@ tcc::v1::TxnState ToProto(wal::TxnState state);
 // TXN_STATE_UNSPECIFIED (or an unknown value) maps to nothing: false.
 bool FromProto(tcc::v1::TxnState state, wal::TxnState* out);
 tcc::v1::Decision ToProto(wal::Decision decision);
+tcc::v1::DecisionCause ToProto(wal::DecisionCause cause);
 tcc::v1::Outcome ToProto(wal::Outcome outcome);
 tcc::v1::PhaseState ToProto(wal::PhaseState state);
 

@@ -88,30 +88,6 @@ std::string Fingerprint(const core::TransactionView& v) {
   return f;
 }
 
-const char* SignalName(core::SignalKind kind) {
-  switch (kind) {
-    case core::SignalKind::kAlert:
-      return "alert";
-    case core::SignalKind::kStuck:
-      return "stuck";
-    case core::SignalKind::kUnstuck:
-      return "unstuck";
-    case core::SignalKind::kUnknownOutcome:
-      return "unknown outcome";
-    case core::SignalKind::kUnknownResolved:
-      return "unknown resolved";
-    case core::SignalKind::kRetry:
-      return "retry";
-    case core::SignalKind::kDecided:
-      return "decided";
-    case core::SignalKind::kFinished:
-      return "finished";
-    case core::SignalKind::kLostDecision:
-      return "lost decision";
-  }
-  return "signal";
-}
-
 }  // namespace
 
 DriverBackend::DriverBackend(wal::Log& log, runtime::Clock& clock,
@@ -403,7 +379,7 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
 void DriverBackend::OnSignal(const std::string& gid,
                              const std::string& branch_id,
                              const core::SignalEffect& signal) {
-  const char* name = SignalName(signal.kind);
+  const char* name = core::SignalKindName(signal.kind);
   switch (signal.kind) {
     case core::SignalKind::kAlert:
       spdlog::warn("gid={} branch={} alert: {}", gid, branch_id, signal.text);

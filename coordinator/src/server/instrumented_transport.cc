@@ -4,56 +4,14 @@
 
 #include <string>
 
+#include "absl/strings/ascii.h"
+
 namespace tcc::server {
 namespace {
 
-const char* PhaseLabel(wal::Phase phase) {
-  switch (phase) {
-    case wal::Phase::kTry:
-      return "try";
-    case wal::Phase::kConfirm:
-      return "confirm";
-    case wal::Phase::kCancel:
-      return "cancel";
-  }
-  return "unknown";
-}
-
-const char* OutcomeLabel(wal::Outcome outcome) {
-  switch (outcome) {
-    case wal::Outcome::kExecuted:
-      return "executed";
-    case wal::Outcome::kEmptyRollback:
-      return "empty_rollback";
-    case wal::Outcome::kRejected:
-      return "rejected";
-    case wal::Outcome::kHangingRefused:
-      return "hanging_refused";
-    case wal::Outcome::kConflict:
-      return "conflict";
-    case wal::Outcome::kNone:
-      break;
-  }
-  return "none";
-}
-
-const char* BarrierLabel(core::BarrierState s) {
-  switch (s) {
-    case core::BarrierState::kNotFound:
-      return "not_found";
-    case core::BarrierState::kTried:
-      return "tried";
-    case core::BarrierState::kTryRejected:
-      return "try_rejected";
-    case core::BarrierState::kCancelledBeforeTry:
-      return "cancelled_before_try";
-    case core::BarrierState::kConfirmed:
-      return "confirmed";
-    case core::BarrierState::kCancelled:
-      return "cancelled";
-  }
-  return "unknown";
-}
+// A metric label: the one name of the value (wal/records.h, core), in lower
+// case ("try", "empty_rollback", "cancelled_before_try").
+std::string Label(const char* name) { return absl::AsciiStrToLower(name); }
 
 // "unavailable", "deadline_exceeded", ...: the status code as a label.
 std::string CodeLabel(absl::StatusCode code) {
@@ -69,21 +27,21 @@ std::string CodeLabel(absl::StatusCode code) {
 void InstrumentedTransport::Call(const runtime::BranchCall& call,
                                  int64_t timeout_ms, runtime::BranchDone done) {
   const int64_t start = clock_.MonotonicMs();
-  const char* phase = PhaseLabel(call.phase);
+  std::string phase = Label(wal::PhaseName(call.phase));
   const uint32_t attempt = call.attempt;
   std::string gid = call.gid;
   std::string branch = call.spec->branch_id;
   if (attempt > 1) metrics_.Retry(phase);
   inner_.Call(
       call, timeout_ms,
-      [this, start, phase, attempt, gid = std::move(gid),
+      [this, start, phase = std::move(phase), attempt, gid = std::move(gid),
        branch = std::move(branch),
        done = std::move(done)](absl::StatusOr<runtime::BranchAnswer> answer) {
         const int64_t elapsed = clock_.MonotonicMs() - start;
         const double seconds = static_cast<double>(elapsed) / 1000.0;
         if (answer.ok()) {
-          metrics_.BranchCall(phase, OutcomeLabel(answer->outcome),
-                              answer->replayed, seconds);
+          const std::string outcome = Label(wal::OutcomeName(answer->outcome));
+          metrics_.BranchCall(phase, outcome, answer->replayed, seconds);
           // Debug: a recovery re-sends every Try it resolves (attempt 2), and
           // an info line each would be hundreds of thousands of lines; the
           // metrics count retries.
@@ -91,7 +49,7 @@ void InstrumentedTransport::Call(const runtime::BranchCall& call,
             spdlog::debug(
                 "gid={} branch={} {} attempt {} answered {}{} after "
                 "{} ms",
-                gid, branch, phase, attempt, OutcomeLabel(answer->outcome),
+                gid, branch, phase, attempt, outcome,
                 answer->replayed ? " (replayed)" : "", elapsed);
           }
         } else {
@@ -115,11 +73,12 @@ void InstrumentedTransport::Query(const runtime::QueryCall& query,
       [this, gid = std::move(gid), branch = std::move(branch),
        done = std::move(done)](absl::StatusOr<runtime::QueryAnswer> answer) {
         if (answer.ok()) {
-          metrics_.Lookup(BarrierLabel(answer->state));
+          const std::string state =
+              Label(core::BarrierStateName(answer->state));
+          metrics_.Lookup(state);
           // Debug: routine in recovery (one per unknown branch); the driver
           // alerts on the answers that are not.
-          spdlog::debug("gid={} branch={} lookup: {}{}", gid, branch,
-                        BarrierLabel(answer->state),
+          spdlog::debug("gid={} branch={} lookup: {}{}", gid, branch, state,
                         answer->authoritative ? "" : " (not authoritative)");
         } else {
           metrics_.Lookup(CodeLabel(answer.status().code()));

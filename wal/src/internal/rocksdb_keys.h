@@ -2,7 +2,9 @@
 // encoded by record_codec.h; gids and approval ids are of [A-Za-z0-9._:-],
 // which has no '/', so "r/<gid>/" prefixes one gid's records only.
 //
-//   m/format_version             u8 kFormatVersion
+//   m/format_version             u8: the values below are of this version
+//                                or older (record_codec.h); an older log
+//                                is marked kFormatVersion at open
 //   m/owner_epoch                u64 (big-endian), the last epoch taken
 //   m/dedup_horizon              u64, the horizon (as i64)
 //   m/live_bytes                 u64, key+value bytes of everything below

@@ -31,21 +31,6 @@ absl::Status ValidateBranch(const BranchSpec& branch) {
   return identity::ValidateParticipantName(branch.participant);
 }
 
-// The action as tccctl and the API name it.
-const char* ActionName(ApprovalAction action) {
-  switch (action) {
-    case ApprovalAction::kForceConfirm:
-      return "force-confirm";
-    case ApprovalAction::kForceCancel:
-      return "force-cancel";
-    case ApprovalAction::kResolveBranch:
-      return "resolve-branch";
-    case ApprovalAction::kGateApprove:
-      return "gate-approve";
-  }
-  return "an unknown action";
-}
-
 // Checks that `approval` allows `action` on this transaction at `at_ms`.
 absl::Status CheckApproval(const Approval& approval, ApprovalAction action,
                            const TxnSummary& summary,
@@ -60,9 +45,9 @@ absl::Status CheckApproval(const Approval& approval, ApprovalAction action,
         absl::StrCat("approval ", id, " expired at ", approval.expires_at_ms));
   }
   if (approval.action != action) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("approval ", id, " is for ", ActionName(approval.action),
-                     ", not ", ActionName(action)));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "approval ", id, " is for ", ApprovalActionName(approval.action),
+        ", not ", ApprovalActionName(action)));
   }
   if (approval.gid != summary.gid) {
     return absl::FailedPreconditionError(
@@ -190,8 +175,7 @@ class Planner {
     if (current.decision != Decision::kNone && current.decision != r.decision) {
       return absl::FailedPreconditionError(absl::StrCat(
           "gid ", request_.gid, " is already decided ",
-          current.decision == Decision::kConfirm ? "Confirm" : "Cancel",
-          "; a decision is written once"));
+          DecisionName(current.decision), "; a decision is written once"));
     }
     if (r.approval_id.has_value()) {
       const ApprovalAction wanted = r.decision == Decision::kCancel
@@ -239,8 +223,7 @@ class Planner {
                                  : Decision::kCancel;
     if (Current().decision != implied) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "gid ", request_.gid, " can't finish ",
-          r.state == TxnState::kConfirmed ? "CONFIRMED" : "CANCELLED",
+          "gid ", request_.gid, " can't finish ", TxnStateName(r.state),
           " without that decision recorded"));
     }
     TxnSummary& s = Mutable();

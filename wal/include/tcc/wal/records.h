@@ -15,9 +15,9 @@
 //   StateChanged    a state change that is not a decision (OPEN -> TRYING at
 //                   Commit, TRYING -> AWAITING_APPROVAL). Commit's record also
 //                   fixes the content hash and the expected branch ids.
-//   Decided         the decision, written once and never changed. DURABLE
-//                   before any Confirm/Cancel is sent or any caller is told.
-//                   May carry the approval it consumed.
+//   Decided         the decision and its cause, written once and never
+//                   changed. DURABLE before any Confirm/Cancel is sent or any
+//                   caller is told. May carry the approval it consumed.
 //   BranchResolved  an operator marked a phase-2 branch done by hand; carries
 //                   the approval it consumed. DURABLE.
 //   Flagged         a branch flagged STUCK (or unflagged), with the reason.
@@ -59,11 +59,41 @@ constexpr bool IsFinal(TxnState s) {
   return s == TxnState::kConfirmed || s == TxnState::kCancelled;
 }
 
+// The names of this file's enums and records, one table each (records.cc);
+// every other place that shows one calls these (metric labels are them in
+// lower case). "?" for a value out of range.
+//
+// "OPEN", "TRYING", "AWAITING_APPROVAL", ..., "CANCELLED".
+const char* TxnStateName(TxnState state);
+
 // Values are stored: never renumber.
 enum class Decision : uint8_t { kNone = 0, kConfirm = 1, kCancel = 2 };
+// "Confirm", "Cancel"; "none".
+const char* DecisionName(Decision decision);
+
+// Why a decision was made; stored in its Decided record, so that recovery
+// knows it too (a Commit after a Rollback is FAILED_PRECONDITION, after a
+// failed Try ABORTED) and callers can tell a deadline from a rollback
+// (tcc.v1.DecisionCause). Values are stored: never renumber.
+enum class DecisionCause : uint8_t {
+  kNone = 0,      // no decision
+  kRule = 1,      // the decision rule (all EXECUTED, or a Try failed)
+  kDeadline = 2,  // try-deadline, OPEN deadline or approval deadline
+  kRollback = 3,  // the caller asked
+  kForced = 4,    // an operator, with a one-time approval
+  kGate = 5,      // the approval gate was approved
+  // A participant's barrier witnessed a decision the WAL had lost
+  // (DESIGN.md section 8): adopted, never decided against.
+  kWitnessed = 6,
+};
+// "rule", "deadline", "rollback", "forced", "gate approved", "witnessed";
+// "none".
+const char* DecisionCauseName(DecisionCause cause);
 
 // Which call of a branch a PhaseUpdate is about.
 enum class Phase : uint8_t { kTry = 1, kConfirm = 2, kCancel = 3 };
+// "Try", "Confirm", "Cancel".
+const char* PhaseName(Phase phase);
 
 // Where one phase of one branch stands (DESIGN.md section 6).
 enum class PhaseState : uint8_t {
@@ -72,6 +102,8 @@ enum class PhaseState : uint8_t {
   kSucceeded = 3,
   kFailed = 4,  // Try only
 };
+// "NOT_SENT", "UNKNOWN", "SUCCEEDED", "FAILED".
+const char* PhaseStateName(PhaseState state);
 
 // A participant's answer (mirrors tcc.v1.Outcome; 0 = none).
 enum class Outcome : uint8_t {
@@ -82,6 +114,9 @@ enum class Outcome : uint8_t {
   kHangingRefused = 4,
   kConflict = 5,
 };
+// "EXECUTED", "EMPTY_ROLLBACK", "REJECTED", "HANGING_REFUSED", "CONFLICT";
+// "NONE".
+const char* OutcomeName(Outcome outcome);
 
 // What an approval allows (mirrors tcc.v1.ApprovalAction).
 enum class ApprovalAction : uint8_t {
@@ -90,6 +125,9 @@ enum class ApprovalAction : uint8_t {
   kResolveBranch = 3,
   kGateApprove = 4,
 };
+// As tccctl and the API's operators name them: "force-confirm",
+// "force-cancel", "resolve-branch", "gate-approve".
+const char* ApprovalActionName(ApprovalAction action);
 
 // A one-time approval (DESIGN.md section 10), bound to gid, revision, content
 // hash (and branch for kResolveBranch), with an expiry.
@@ -155,7 +193,8 @@ struct StateChanged {
 
 struct Decided {
   Decision decision = Decision::kNone;
-  std::string reason;
+  DecisionCause cause = DecisionCause::kNone;
+  std::string reason;  // human text; the cause is not repeated in it
   int64_t at_ms = 0;
   // The approval this decision consumed (forced decisions, the gate), if any.
   // The WAL checks it matches and is unused and marks it used in the same
@@ -189,5 +228,8 @@ struct EpochTaken {
 using Record =
     std::variant<Registered, BranchAdded, PhaseUpdate, StateChanged, Decided,
                  BranchResolved, Flagged, Finished, EpochTaken>;
+
+// The record's kind: "Registered", "BranchAdded", ..., "EpochTaken".
+const char* RecordName(const Record& record);
 
 }  // namespace tcc::wal
