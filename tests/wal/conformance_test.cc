@@ -400,6 +400,7 @@ TEST_CASE(
 TEST_CASE("ScanUnfinished visits every unfinished transaction in order") {
   FOR_EACH_LOG(h, RetentionPolicy{});
   Log& log = h->log();
+  CHECK(log.Stats().oldest_unfinished_registered_ms == 0);  // none yet
   for (int i = 0; i < 10; ++i) {
     const std::string gid = "g" + std::to_string(i);
     REQUIRE(Register(log, gid, 2000 - 100 * i).ok());
@@ -425,6 +426,7 @@ TEST_CASE("ScanUnfinished visits every unfinished transaction in order") {
   CHECK(seen ==
         std::vector<std::string>{"g9", "g8", "g6", "g5", "g3", "g2", "g0"});
   CHECK(log.Stats().unfinished == 7);
+  CHECK(log.Stats().oldest_unfinished_registered_ms == 1100);  // g9
 
   int visits = 0;
   absl::Status stop = log.ScanUnfinished([&](TxnLog) {

@@ -335,7 +335,13 @@ LogStats MemoryLog::Stats() const {
     stats.bytes_on_disk += TxnBytes(txn);
   }
   for (const auto& [gid, txn] : live_.txns) {
-    if (!IsFinal(txn.summary.state)) ++stats.unfinished;
+    if (IsFinal(txn.summary.state)) continue;
+    ++stats.unfinished;
+    const int64_t at = txn.summary.registered_at_ms;
+    if (stats.oldest_unfinished_registered_ms == 0 ||
+        at < stats.oldest_unfinished_registered_ms) {
+      stats.oldest_unfinished_registered_ms = at;
+    }
   }
   stats.dedup_horizon_ms = dedup_horizon_ms_;
   return stats;

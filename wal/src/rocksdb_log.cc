@@ -1166,6 +1166,7 @@ void RocksDbLog::Impl::SyncerLoop() {
       }
       continue;
     }
+    const int64_t sync_start = options_.now_us ? options_.now_us() : 0;
     {
       std::lock_guard<std::mutex> io(io_mu_);
       absl::Status s = this->failure();
@@ -1181,6 +1182,9 @@ void RocksDbLog::Impl::SyncerLoop() {
     uint64_t appends = 0;
     for (const SyncWaiter& waiter : written) appends += waiter.append ? 1 : 0;
     synced_appends_.fetch_add(appends);
+    if (options_.on_sync && options_.now_us) {
+      options_.on_sync(options_.now_us() - sync_start, appends);
+    }
     {
       // The sync is over: the completions below may append (the next
       // records of the same transactions) and write them inline.
@@ -1550,6 +1554,16 @@ LogStats RocksDbLog::Impl::Stats() const {
   stats.buffered_appends = buffered_appends_.load();
   stats.unfinished = static_cast<uint64_t>(std::max<int64_t>(0, unfinished_));
   stats.dedup_horizon_ms = horizon_.load();
+  // The u/ index is in registration order: its first key is the oldest.
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  it->Seek("u/");
+  int64_t at = 0;
+  std::string gid;
+  if (it->Valid() && it->key().starts_with("u/") &&
+      keys::ParseTimeIndex(it->key().ToStringView(), at, gid)) {
+    stats.oldest_unfinished_registered_ms = at;
+  }
   return stats;
 }
 

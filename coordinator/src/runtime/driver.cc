@@ -6,6 +6,7 @@
 #include <deque>
 #include <mutex>
 #include <random>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -146,6 +147,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     bool recovery_place = false;
     // Its branches flagged STUCK, as last counted into Impl::stuck_.
     int stuck = 0;
+    // Since when (wall ms) it is in doubt, as counted into in_doubt_; 0: not.
+    int64_t in_doubt_since = 0;
     // What it holds as last charged to the memory budget (TxnBytes).
     int64_t charged = 0;
     // Its payloads are in the WAL only (memory pressure); read back before
@@ -307,6 +310,11 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   uint64_t epoch() const { return epoch_; }
   bool halted() const { return halted_; }
   int64_t stuck() const { return stuck_.load(); }
+  InDoubt in_doubt() {
+    std::lock_guard<std::mutex> lock(doubt_mu_);
+    return InDoubt{static_cast<int64_t>(in_doubt_.size()),
+                   in_doubt_.empty() ? 0 : *in_doubt_.begin()};
+  }
   int64_t memory_bytes() const { return budget_->used(); }
   BreakerState breaker(const std::string& p) const {
     return calls_->breaker_state(p);
@@ -707,6 +715,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
     if (o->reload_when_dropped) ScheduleReload(gid);
     stuck_ -= o->stuck;
+    if (o->in_doubt_since != 0) {
+      std::lock_guard<std::mutex> lock(doubt_mu_);
+      in_doubt_.erase(in_doubt_.find(o->in_doubt_since));
+    }
     budget_->Charge(-o->charged);
     // Callers still waiting on a dropped owner learn it.
     auto callers = std::move(o->callers);
@@ -716,13 +728,32 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
-  // Brings stuck_ up to date with the owner's STUCK flags.
+  // Brings the gauges up to date with the owner: its STUCK flags, and
+  // whether it is in doubt (no decision yet, and a Try's outcome unknown
+  // after a failed attempt: tccd is asking, DESIGN.md section 1).
   void CountStuck(Owner& o) {
     int n = 0;
-    for (const auto& br : o.txn.branches) n += br.stuck ? 1 : 0;
+    bool doubt = false;
+    for (const auto& br : o.txn.branches) {
+      n += br.stuck ? 1 : 0;
+      doubt = doubt || (br.try_phase.state == core::PhaseState::kUnknown &&
+                        br.failures > 0);
+    }
+    doubt = doubt && o.txn.decision == core::Decision::kNone &&
+            !wal::IsFinal(o.txn.state);
     if (n != o.stuck) {
       stuck_ += n - o.stuck;
       o.stuck = n;
+    }
+    if (doubt != (o.in_doubt_since != 0)) {
+      std::lock_guard<std::mutex> lock(doubt_mu_);
+      if (doubt) {
+        o.in_doubt_since = std::max<int64_t>(1, clock_.WallMs());
+        in_doubt_.insert(o.in_doubt_since);
+      } else {
+        in_doubt_.erase(in_doubt_.find(o.in_doubt_since));
+        o.in_doubt_since = 0;
+      }
     }
   }
 
@@ -955,6 +986,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   std::atomic<uint64_t> epoch_{0};
   std::atomic<bool> halted_{false};
   std::atomic<int64_t> stuck_{0};  // the owners' Owner::stuck, summed
+  std::mutex doubt_mu_;
+  std::multiset<int64_t> in_doubt_;  // Owner::in_doubt_since of each
   std::atomic<RequestId> next_request_{1};
 };
 
@@ -1077,5 +1110,7 @@ BreakerState Driver::breaker_state(const std::string& participant) const {
 int64_t Driver::stuck_branches() const { return impl_->stuck(); }
 
 int64_t Driver::memory_bytes() const { return impl_->memory_bytes(); }
+
+Driver::InDoubt Driver::in_doubt() const { return impl_->in_doubt(); }
 
 }  // namespace tcc::runtime

@@ -202,6 +202,14 @@ class Driver {
   int64_t stuck_branches() const;
   // Bytes of transaction state held, as the memory budget counts them.
   int64_t memory_bytes() const;
+  // Transactions in doubt: no decision yet and a Try's outcome unknown after
+  // a failed attempt (tccd asks, DESIGN.md section 1); since when the oldest
+  // has been (wall ms; 0: none).
+  struct InDoubt {
+    int64_t transactions = 0;
+    int64_t oldest_since_ms = 0;
+  };
+  InDoubt in_doubt() const;
 
   class Impl;
 

@@ -333,7 +333,6 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
   h.wal_bytes = stats.bytes_on_disk;
   h.dedup_horizon_ms = log_.DedupHorizonMs();
   const int64_t now = clock_.WallMs();
-  uint64_t from_before_start = 0;  // unfinished, registered before this start
   for (wal::TxnState s :
        {wal::TxnState::kOpen, wal::TxnState::kTrying,
         wal::TxnState::kAwaitingApproval, wal::TxnState::kConfirming,
@@ -350,9 +349,6 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
       auto p = log_.List(q);
       if (!p.ok()) break;
       count += p->items.size();
-      for (const auto& item : p->items) {
-        from_before_start += item.registered_at_ms < started_at_ms_;
-      }
       if (!first_seen && !p->items.empty()) {
         first_seen = true;
         const uint64_t age = static_cast<uint64_t>(
@@ -367,11 +363,10 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
   h.stuck_branches = static_cast<uint64_t>(
       std::max<int64_t>(0, driver_ != nullptr ? driver_->stuck_branches() : 0));
   // Recovery is done for a transaction once it is final: of those found
-  // unfinished at start, the ones not still unfinished.
+  // unfinished at start, the ones final since (OnFinished counts them).
   h.recovery_total = recovered_count_;
   h.recovery_done =
-      recovered_ ? recovered_count_.load() -
-                       std::min<uint64_t>(recovered_count_, from_before_start)
+      recovered_ ? std::min<uint64_t>(recovered_count_, recovered_finished_)
                  : 0;
   return h;
 }
@@ -422,6 +417,7 @@ void DriverBackend::OnFinished(const std::string& gid, core::TxnState state,
                                int64_t duration_ms) {
   const char* name = core::TxnStateName(state);
   --in_flight_;
+  if (clock_.WallMs() - duration_ms < started_at_ms_) ++recovered_finished_;
   spdlog::info("gid={} final state {} after {} ms", gid, name, duration_ms);
   if (metrics_) {
     metrics_->TransactionFinished(
@@ -491,10 +487,15 @@ void DriverBackend::OnRecovered(size_t resumed) {
   recovered_ = true;
   spdlog::info("recovery: {} unfinished transactions found, being resumed",
                resumed);
-  if (metrics_) {
-    metrics_->SetRecovery(static_cast<int64_t>(resumed),
-                          static_cast<int64_t>(resumed));
-  }
+  ExportRecovery();
+}
+
+void DriverBackend::ExportRecovery() {
+  if (metrics_ == nullptr || !recovered_) return;
+  const uint64_t total = recovered_count_;
+  metrics_->SetRecovery(
+      static_cast<int64_t>(std::min<uint64_t>(total, recovered_finished_)),
+      static_cast<int64_t>(total));
 }
 
 }  // namespace tcc::server

@@ -43,6 +43,11 @@ class DriverBackend final : public rpc::CoordinatorBackend,
     in_flight_ = static_cast<int64_t>(unfinished);
   }
 
+  // Recovery's progress to /metrics: the unfinished transactions the scan
+  // found at start, and how many of them are final since (the server calls
+  // it periodically).
+  void ExportRecovery();
+
   // Answers every request still waiting with UNAVAILABLE and ends every
   // Watch; later requests get UNAVAILABLE at once.
   void Shutdown();
@@ -121,6 +126,8 @@ class DriverBackend final : public rpc::CoordinatorBackend,
   mutable std::mutex fatal_mu_;
   absl::Status fatal_;  // guarded by fatal_mu_
   std::atomic<uint64_t> recovered_count_{0};
+  // Transactions registered before this start that became final since.
+  std::atomic<uint64_t> recovered_finished_{0};
   // Wall-clock start: transactions registered before it are recovery's.
   const int64_t started_at_ms_;
 };

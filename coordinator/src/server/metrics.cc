@@ -95,10 +95,27 @@ CoordinatorMetrics::CoordinatorMetrics(
                   .Help("Bytes of transaction state held in memory, as "
                         "limits.max_in_flight_bytes counts them")
                   .Register(*registry_)),
-      in_flight_(BuildGauge()
-                     .Name("tccd_in_flight_transactions")
-                     .Help("Unfinished transactions by state")
-                     .Register(*registry_)),
+      unfinished_(BuildGauge()
+                      .Name("tccd_unfinished_transactions")
+                      .Help("Transactions accepted and not yet final")
+                      .Register(*registry_)),
+      oldest_unfinished_(
+          BuildGauge()
+              .Name("tccd_oldest_unfinished_age_seconds")
+              .Help("Age of the oldest unfinished transaction (since it "
+                    "was registered; 0: none)")
+              .Register(*registry_)),
+      in_doubt_(BuildGauge()
+                    .Name("tccd_in_doubt_transactions")
+                    .Help("Undecided transactions with a Try whose outcome "
+                          "is unknown after a failed call (tccd asks the "
+                          "participant)")
+                    .Register(*registry_)),
+      oldest_in_doubt_(BuildGauge()
+                           .Name("tccd_oldest_in_doubt_age_seconds")
+                           .Help("How long the oldest transaction in doubt "
+                                 "has been (0: none)")
+                           .Register(*registry_)),
       wal_sync_(BuildHistogram()
                     .Name("tccd_wal_sync_seconds")
                     .Help("WAL group commit sync latency")
@@ -142,6 +159,12 @@ CoordinatorMetrics::CoordinatorMetrics(
   // Series a dashboard or an alert reads exist from the start, at 0, so that
   // 0 is told from no data.
   stuck_.Add({}).Set(0);
+  SetUnfinished(0, 0, 0, 0);
+  SetRecovery(0, 0);
+  wal_sync_series_ = &wal_sync_.Add({}, LatencyBuckets());
+  wal_group_series_ = &wal_group_.Add(
+      {},
+      Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024});
   for (const char* kind : {"core", "lost_decision", "fatal"}) {
     alerts_.Add({{"kind", kind}});
   }
@@ -219,16 +242,19 @@ void CoordinatorMetrics::SetMemoryBytes(int64_t n) {
   memory_.Add({}).Set(static_cast<double>(n));
 }
 
-void CoordinatorMetrics::SetInFlight(const std::string& state, int64_t n) {
-  in_flight_.Add({{"state", state}}).Set(static_cast<double>(n));
+void CoordinatorMetrics::SetUnfinished(int64_t unfinished,
+                                       int64_t oldest_age_ms, int64_t in_doubt,
+                                       int64_t oldest_in_doubt_age_ms) {
+  unfinished_.Add({}).Set(static_cast<double>(unfinished));
+  oldest_unfinished_.Add({}).Set(static_cast<double>(oldest_age_ms) / 1000.0);
+  in_doubt_.Add({}).Set(static_cast<double>(in_doubt));
+  oldest_in_doubt_.Add({}).Set(static_cast<double>(oldest_in_doubt_age_ms) /
+                               1000.0);
 }
 
 void CoordinatorMetrics::WalSync(double latency_seconds, int64_t group_size) {
-  wal_sync_.Add({}, LatencyBuckets()).Observe(latency_seconds);
-  wal_group_
-      .Add({}, Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256,
-                                           512, 1024})
-      .Observe(static_cast<double>(group_size));
+  wal_sync_series_->Observe(latency_seconds);
+  wal_group_series_->Observe(static_cast<double>(group_size));
 }
 
 void CoordinatorMetrics::SetWalTotals(uint64_t syncs, uint64_t synced_appends) {

@@ -73,7 +73,12 @@ class CoordinatorMetrics {
   void SetStuckBranches(int64_t n);
   // Bytes of transaction state held in memory (the driver's budget).
   void SetMemoryBytes(int64_t n);
-  void SetInFlight(const std::string& state, int64_t n);
+  // Unfinished transactions and the age of the oldest (since it was
+  // registered); those in doubt (no decision, a Try's outcome unknown:
+  // tccd is asking) and how long the oldest has been. Ages 0: none.
+  void SetUnfinished(int64_t unfinished, int64_t oldest_age_ms,
+                     int64_t in_doubt, int64_t oldest_in_doubt_age_ms);
+  // One WAL sync (from the syncer thread, once per fsync).
   void WalSync(double latency_seconds, int64_t group_size);
   // The WAL's own counters (wal::LogStats), copied periodically: fsyncs and
   // the durable appends they completed since start (their ratio over an
@@ -104,7 +109,10 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& lookups_;
   prometheus::Family<prometheus::Gauge>& stuck_;
   prometheus::Family<prometheus::Gauge>& memory_;
-  prometheus::Family<prometheus::Gauge>& in_flight_;
+  prometheus::Family<prometheus::Gauge>& unfinished_;
+  prometheus::Family<prometheus::Gauge>& oldest_unfinished_;
+  prometheus::Family<prometheus::Gauge>& in_doubt_;
+  prometheus::Family<prometheus::Gauge>& oldest_in_doubt_;
   prometheus::Family<prometheus::Histogram>& wal_sync_;
   prometheus::Family<prometheus::Histogram>& wal_group_;
   prometheus::Family<prometheus::Gauge>& wal_syncs_;
@@ -113,6 +121,8 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& recovery_;
   prometheus::Family<prometheus::Gauge>& breaker_;
   prometheus::Family<prometheus::Counter>& alerts_;
+  prometheus::Histogram* wal_sync_series_;  // of wal_sync_, made once
+  prometheus::Histogram* wal_group_series_;
   SeriesCache<prometheus::Counter> txns_cache_, branch_calls_cache_,
       retries_cache_, unknown_cache_, unknown_resolved_cache_, lookups_cache_;
   SeriesCache<prometheus::Histogram> txn_duration_cache_, branch_latency_cache_,

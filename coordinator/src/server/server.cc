@@ -4,7 +4,9 @@
 #include <malloc.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -39,6 +41,9 @@ class Server::Impl {
   absl::Status Failure() const;
 
   Config config_;
+  // Before log_: its syncer reports to metrics_ until it is closed.
+  std::unique_ptr<CoordinatorMetrics> metrics_;
+  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   std::unique_ptr<wal::RocksDbLog> log_;
   std::unique_ptr<AsioThreads> threads_;
   std::unique_ptr<AsioThreads> scan_thread_;
@@ -48,8 +53,6 @@ class Server::Impl {
   std::unique_ptr<rpc::ParticipantClient> client_;
   std::unique_ptr<rpc::GrpcTransport> transport_;
   std::unique_ptr<InstrumentedTransport> instrumented_;
-  std::unique_ptr<CoordinatorMetrics> metrics_;
-  std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
   std::unique_ptr<DriverBackend> backend_;
   std::unique_ptr<runtime::Driver> driver_;
   std::unique_ptr<rpc::CoordinatorService> coordinator_service_;
@@ -72,6 +75,11 @@ class Server::Impl {
 };
 
 namespace {
+
+// How long ago `since_ms` was (ms; 0 when it is 0: none).
+int64_t AgeMs(int64_t now_ms, int64_t since_ms) {
+  return since_ms == 0 ? 0 : std::max<int64_t>(0, now_ms - since_ms);
+}
 
 // 128 random bits, hex: approvals must not be guessable.
 std::string NewApprovalId() {
@@ -202,6 +210,23 @@ absl::Status Server::Impl::Start(const Config& config,
         "admin.client_identities): every admin call is refused and the "
         "approval gate is off");
   }
+  // Made before the WAL opens: its syncer reports each sync.
+  metrics_ = std::make_unique<CoordinatorMetrics>();
+  {
+    std::vector<std::string> names;
+    for (const auto& [name, p] : config.participants) names.push_back(name);
+    metrics_->ExportParticipants(names);
+  }
+  wal_options.now_us = [] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  wal_options.on_sync = [metrics = metrics_.get()](int64_t sync_us,
+                                                   uint64_t appends) {
+    metrics->WalSync(static_cast<double>(sync_us) / 1e6,
+                     static_cast<int64_t>(appends));
+  };
   auto log = wal::RocksDbLog::Open(wal_options);
   if (!log.ok()) return log.status();
   log_ = std::move(*log);
@@ -249,12 +274,6 @@ absl::Status Server::Impl::Start(const Config& config,
           .max_outstanding =
               static_cast<int>(config.participant_calls.max_outstanding)});
 
-  metrics_ = std::make_unique<CoordinatorMetrics>();
-  {
-    std::vector<std::string> names;
-    for (const auto& [name, p] : config.participants) names.push_back(name);
-    metrics_->ExportParticipants(names);
-  }
   if (!config.metrics_listen.empty()) {
     auto endpoint =
         MetricsEndpoint::Start(config.metrics_listen, metrics_->registry());
@@ -343,7 +362,7 @@ absl::Status Server::Impl::Start(const Config& config,
     }
   }
   ScheduleRetention();
-  ScheduleWalStats();
+  WalStats();  // the gauges are right from the first scrape; then every 250 ms
   return absl::OkStatus();
 }
 
@@ -366,6 +385,13 @@ void Server::Impl::WalStats() {
   metrics_->SetParticipantRpcTotals(calls.single_calls, calls.batches,
                                     calls.batched_calls, calls.batch_fallbacks);
   backend_->ReconcileInFlight(stats.unfinished);
+  const int64_t now = clock_->WallMs();
+  const runtime::Driver::InDoubt doubt = driver_->in_doubt();
+  metrics_->SetUnfinished(static_cast<int64_t>(stats.unfinished),
+                          AgeMs(now, stats.oldest_unfinished_registered_ms),
+                          doubt.transactions,
+                          AgeMs(now, doubt.oldest_since_ms));
+  backend_->ExportRecovery();
   metrics_->SetStuckBranches(driver_->stuck_branches());
   const int64_t memory = driver_->memory_bytes();
   metrics_->SetMemoryBytes(memory);

@@ -154,6 +154,9 @@ struct LogStats {
   uint64_t buffered_appends = 0;
   uint64_t unfinished = 0;  // transactions not yet final
   int64_t dedup_horizon_ms = 0;
+  // When the oldest unfinished transaction was registered (Unix ms; 0:
+  // none), for its age.
+  int64_t oldest_unfinished_registered_ms = 0;
 };
 
 class Log {

@@ -92,6 +92,12 @@ struct RocksDbLogOptions {
   // Where RocksDB's warnings and errors go (its info log; no LOG file is
   // written in the data dir). Null: stderr.
   rocksdb_env::InfoLogSink info_log = nullptr;
+  // Called by the syncer after each sync that succeeded, with how long it
+  // took and how many durable appends it completed (for a latency metric).
+  // `now_us` is the monotonic clock it is measured with (this library reads
+  // no clock). Both or neither; must be quick and thread-safe.
+  std::function<int64_t()> now_us;
+  std::function<void(int64_t sync_us, uint64_t appends)> on_sync;
 };
 
 class RocksDbLog final : public Log {
