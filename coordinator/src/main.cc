@@ -7,10 +7,12 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/config.h"
 #include "server/logging.h"
 #include "server/server.h"
+#include "server/service_notify.h"
 #include "server/tls.h"
 
 namespace {
@@ -138,6 +140,8 @@ int main(int argc, char** argv) {
   // The line scripts and tests wait for.
   std::printf("listening on %s:%d\n", host.c_str(), (*server)->port());
   std::fflush(stdout);
+  tcc::server::NotifyReady(absl::StrCat("serving on ", host, ":",
+                                        (*server)->port()));
 
   // Wait for SIGTERM/SIGINT, checking the WAL's health between waits.
   const timespec tick{0, 200 * 1000 * 1000};
@@ -146,10 +150,12 @@ int main(int argc, char** argv) {
     if (sig == SIGTERM || sig == SIGINT) {
       std::printf("tccd: signal %d, stopping\n", sig);
       std::fflush(stdout);
+      tcc::server::NotifyStopping("stopping (signal)");
       break;
     }
     if (absl::Status failure = (*server)->Failure(); !failure.ok()) {
       std::fprintf(stderr, "tccd: stopping: %s\n", failure.ToString().c_str());
+      tcc::server::NotifyStopping("fail-stop: " + failure.ToString());
       (void)(*server)->Stop();
       return FailureExitCode(failure);
     }
