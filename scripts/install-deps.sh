@@ -32,6 +32,10 @@ PACKAGES=(
   strace faketime libfaketime
   # benchmarks: thread hand-offs (perf stat: context switches, futex calls)
   linux-perf
+  # operating tccd (deploy/): sd_notify for the systemd unit; the package
+  # (CPack DEB: dpkg-shlibdeps, file) and its checks (lintian,
+  # systemd-analyze); the alert rules and dashboard (promtool, prometheus)
+  libsystemd-dev dpkg-dev file lintian systemd prometheus
 )
 
 missing() {
@@ -54,8 +58,18 @@ install() {
   local sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -qq
+  # etcd-server's package starts a system etcd on 127.0.0.1:2379 unless a
+  # policy-rc.d says no: tests and scripts start their own (scripts/etcd.sh).
+  local policy=/usr/sbin/policy-rc.d made_policy=0
+  if [ ! -e $policy ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee $policy >/dev/null
+    $sudo chmod 755 $policy
+    made_policy=1
+  fi
   # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $need >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $need >/dev/null ||
+    { [ $made_policy = 1 ] && $sudo rm -f $policy; exit 1; }
+  if [ $made_policy = 1 ]; then $sudo rm -f $policy; fi
   need=$(missing)
   if [ -n "$need" ]; then
     echo "install-deps: still missing after apt-get: $need" >&2

@@ -140,8 +140,8 @@ int main(int argc, char** argv) {
   // The line scripts and tests wait for.
   std::printf("listening on %s:%d\n", host.c_str(), (*server)->port());
   std::fflush(stdout);
-  tcc::server::NotifyReady(absl::StrCat("serving on ", host, ":",
-                                        (*server)->port()));
+  tcc::server::NotifyReady(
+      absl::StrCat("serving on ", host, ":", (*server)->port()));
 
   // Wait for SIGTERM/SIGINT, checking the WAL's health between waits.
   const timespec tick{0, 200 * 1000 * 1000};
