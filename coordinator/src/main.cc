@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"tccd: TCC (Try-Confirm-Cancel) transaction coordinator"};
   std::string config_path;
-  std::string data_dir, listen, admin_listen, metrics_listen, log_level,
-      log_format;
+  std::string data_dir, listen, admin_listen, metrics_listen, console_listen,
+      log_level, log_format;
   std::string admin_token_file;
   std::vector<std::string> participants;
   bool allow_direct_targets = false;
@@ -53,6 +53,8 @@ int main(int argc, char** argv) {
   app.add_option("--admin-listen", admin_listen, "overrides admin_listen");
   app.add_option("--metrics-listen", metrics_listen,
                  "overrides metrics_listen ('off' turns metrics off)");
+  app.add_option("--console-listen", console_listen,
+                 "overrides console_listen (the web console; 'off': none)");
   app.add_option("--admin-token-file", admin_token_file,
                  "overrides admin.token_file");
   app.add_option("--log-level", log_level, "overrides log.level");
@@ -84,6 +86,9 @@ int main(int argc, char** argv) {
   if (!data_dir.empty()) config.data_dir = data_dir;
   if (!listen.empty()) config.listen = listen;
   if (!admin_listen.empty()) config.admin_listen = admin_listen;
+  if (!console_listen.empty()) {
+    config.console_listen = console_listen == "off" ? "" : console_listen;
+  }
   if (!metrics_listen.empty()) {
     config.metrics_listen = metrics_listen == "off" ? "" : metrics_listen;
   }
@@ -136,6 +141,16 @@ int main(int argc, char** argv) {
   if (!config.metrics_listen.empty()) {
     std::printf("metrics: http://%s:%d/metrics\n", host.c_str(),
                 (*server)->metrics_port());
+  }
+  if (!config.console_listen.empty()) {
+    const std::string console_host =
+        config.console_listen.substr(0, config.console_listen.rfind(':'));
+    std::printf(
+        "console: %s://%s:%d/\n",
+        config.console.tls.mode == "tls" || config.console.tls.mode == "mtls"
+            ? "https"
+            : "http",
+        console_host.c_str(), (*server)->console_port());
   }
   // The line scripts and tests wait for.
   std::printf("listening on %s:%d\n", host.c_str(), (*server)->port());

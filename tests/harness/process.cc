@@ -144,12 +144,15 @@ absl::StatusOr<int> Process::Wait(int64_t timeout_ms) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       if (wait_status_) return *wait_status_;
       int status = 0;
       pid_t r = waitpid(pid_, &status, WNOHANG);
       if (r == pid_) {
         wait_status_ = status;
+        // Everything it printed is in Output() and the log before this
+        // returns (bounded: a child it left behind may hold the pipe).
+        cv_.wait_for(lock, std::chrono::seconds(2), [this] { return eof_; });
         return status;
       }
       if (r < 0) return absl::InternalError(strerror(errno));

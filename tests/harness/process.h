@@ -54,7 +54,8 @@ class Process {
   void Signal(int sig);
 
   // Waits up to `timeout_ms` for the process to end; returns its wait status
-  // (use WIFEXITED etc.). DEADLINE_EXCEEDED if it is still running.
+  // (use WIFEXITED etc.), once its output is read to the end (Output(), the
+  // log file). DEADLINE_EXCEEDED if it is still running.
   [[nodiscard]] absl::StatusOr<int> Wait(int64_t timeout_ms);
 
   // SIGKILL and reap.

@@ -174,8 +174,40 @@ TEST_CASE("listener TLS: plaintext must be said off loopback") {
         std::vector<std::string>{"alice", "ops-bot"});
   CHECK(tcc::server::EffectiveAdminTls(*c).mode == "mtls");
   CHECK(ErrorOf("admin: {client_identities: [alice]}\n")
-            .find("needs the admin listener in mtls mode") !=
+            .find("needs the admin listener (or the console) in mtls mode") !=
         std::string::npos);
+}
+
+TEST_CASE("the console: off by default, TLS required off loopback") {
+  auto c = tcc::server::ParseConfig("", "t");
+  REQUIRE(c.ok());
+  CHECK(c->console_listen.empty());
+  CHECK(c->console.max_connections == 64);
+  auto on = tcc::server::ParseConfig(
+      "console_listen: 127.0.0.1:7080\nconsole: {max_connections: 8}\n", "t");
+  REQUIRE(on.ok());
+  CHECK(on->console_listen == "127.0.0.1:7080");
+  CHECK(on->console.max_connections == 8);
+  // Off loopback the session cookie would travel in the clear: refused,
+  // even when plaintext is said outright.
+  CHECK(ErrorOf("console_listen: 0.0.0.0:7080\n")
+            .find("console.tls.mode") != std::string::npos);
+  CHECK(ErrorOf("console_listen: 10.1.2.3:7080\n"
+                "console: {tls: {mode: plaintext}}\n")
+            .find("tls or mtls required for 10.1.2.3:7080") !=
+        std::string::npos);
+  CHECK(ErrorOf("console: {tls: {mode: tls, cert_file: c, key_file: k}}\n")
+            .find("only with console_listen") != std::string::npos);
+  CHECK(ErrorOf("console_listen: 127.0.0.1:7080\n"
+                "console: {max_connections: 0}\n")
+            .find("max_connections") != std::string::npos);
+  // A console in mtls lets listed certificates sign in.
+  auto mtls = tcc::server::ParseConfig(
+      "console_listen: 10.1.2.3:7080\n"
+      "console: {tls: {mode: mtls, cert_file: c, key_file: k, "
+      "client_ca_file: ca}}\nadmin: {client_identities: [alice]}\n",
+      "t");
+  CHECK(mtls.ok());
 }
 
 TEST_CASE("admin and rate-limit keys") {

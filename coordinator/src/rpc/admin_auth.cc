@@ -2,6 +2,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace tcc::rpc {
 namespace {
@@ -17,8 +18,10 @@ bool ConstantTimeEqual(const identity::Hash& a, const identity::Hash& b) {
 }  // namespace
 
 AdminAuth::AdminAuth(const std::map<std::string, std::string>& tokens,
-                     std::vector<std::string> client_identities)
-    : client_identities_(client_identities.begin(), client_identities.end()) {
+                     std::vector<std::string> client_identities,
+                     std::string console_key)
+    : client_identities_(client_identities.begin(), client_identities.end()),
+      console_key_(std::move(console_key)) {
   for (const auto& [token, name] : tokens) {
     tokens_.emplace_back(identity::Sha256(token), name);
   }
@@ -45,7 +48,17 @@ absl::StatusOr<std::string> AdminAuth::Authenticate(
     }
     return *found;
   }
-  const std::vector<std::string> ids = PeerCertIdentities(ctx);
+  std::vector<std::string> ids = PeerCertIdentities(ctx);
+  if (FromConsole(ctx)) {
+    auto c = md.find(kConsoleIdentities);
+    if (c != md.end()) {
+      for (absl::string_view id :
+           absl::StrSplit(absl::string_view(c->second.data(), c->second.size()),
+                          ',', absl::SkipEmpty())) {
+        ids.emplace_back(id);
+      }
+    }
+  }
   if (ids.empty()) {
     return absl::UnauthenticatedError(
         "admin calls need a credential: metadata 'authorization: Bearer "
@@ -58,6 +71,28 @@ absl::StatusOr<std::string> AdminAuth::Authenticate(
   return absl::PermissionDeniedError(
       absl::StrCat("client certificate '", ids.front(),
                    "' is not an admin (admin.client_identities)"));
+}
+
+bool AdminAuth::FromConsole(const grpc::ServerContextBase& ctx) const {
+  if (console_key_.empty()) return false;
+  const auto& md = ctx.client_metadata();
+  auto it = md.find(kConsoleKey);
+  if (it == md.end()) return false;
+  return ConstantTimeEqual(
+      identity::Sha256(std::string_view(it->second.data(), it->second.size())),
+      identity::Sha256(console_key_));
+}
+
+std::string AdminAuth::AuditPeer(const grpc::ServerContextBase& ctx) const {
+  if (FromConsole(ctx)) {
+    const auto& md = ctx.client_metadata();
+    auto it = md.find(kConsolePeer);
+    if (it != md.end()) {
+      return absl::StrCat(
+          "console:", absl::string_view(it->second.data(), it->second.size()));
+    }
+  }
+  return ctx.peer();
 }
 
 std::vector<std::string> PeerCertIdentities(

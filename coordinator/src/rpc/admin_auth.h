@@ -8,6 +8,13 @@
 // No credential: UNAUTHENTICATED. An unknown token: UNAUTHENTICATED. A
 // verified certificate whose identity is not listed: PERMISSION_DENIED.
 //
+// The web console (coordinator/src/console) calls the Admin API in-process
+// for a browser, with the browser's own credential: its token as above, or
+// the identities of the client certificate the console verified, sent as
+// metadata kConsoleIdentities together with kConsoleKey, this process's
+// secret (random, never leaves the process): without the key the identities
+// metadata is ignored. kConsolePeer then names the browser in the audit log.
+//
 // Thread-safe (immutable after construction).
 #pragma once
 
@@ -22,17 +29,29 @@
 
 namespace tcc::rpc {
 
+inline constexpr char kConsoleKey[] = "x-tccd-console-key";
+inline constexpr char kConsoleIdentities[] = "x-tccd-console-identities";
+inline constexpr char kConsolePeer[] = "x-tccd-console-peer";
+
 class AdminAuth {
  public:
   // `tokens`: token -> the admin's name. `client_identities`: certificate
   // identities allowed. Both empty: every admin call is refused.
+  // `console_key`: the console's secret (empty: no console).
   AdminAuth(const std::map<std::string, std::string>& tokens,
-            std::vector<std::string> client_identities);
+            std::vector<std::string> client_identities,
+            std::string console_key = "");
 
   // The caller's admin identity: "NAME" for a token, "cert:ID" for a client
   // certificate.
   [[nodiscard]] absl::StatusOr<std::string> Authenticate(
       const grpc::ServerContextBase& ctx) const;
+
+  // The caller's address for the audit log: the browser's ("console:ADDR")
+  // for the console's calls, else the gRPC peer.
+  std::string AuditPeer(const grpc::ServerContextBase& ctx) const;
+
+  const std::string& console_key() const { return console_key_; }
 
   bool configured() const {
     return !tokens_.empty() || !client_identities_.empty();
@@ -41,6 +60,10 @@ class AdminAuth {
  private:
   std::vector<std::pair<identity::Hash, std::string>> tokens_;
   std::set<std::string> client_identities_;
+  std::string console_key_;
+
+  // Whether the call carries the console's key.
+  bool FromConsole(const grpc::ServerContextBase& ctx) const;
 };
 
 // The identities of the caller's verified TLS client certificate: its subject

@@ -48,7 +48,7 @@ class AdminService::Call {
       : reactor_(ctx->DefaultReactor()), audit_(service.options_.audit) {
     entry_.method = method;
     entry_.target = std::move(target);
-    entry_.peer = ctx->peer();
+    entry_.peer = service.auth_.AuditPeer(*ctx);
     absl::StatusOr<std::string> who = service.auth_.Authenticate(*ctx);
     if (who.ok()) {
       entry_.who = *who;
@@ -141,7 +141,7 @@ grpc::ServerUnaryReactor* AdminService::List(
     grpc::CallbackServerContext* ctx, const tcc::v1::ListRequest* request,
     tcc::v1::ListResponse* response) {
   AdminAudit entry;
-  entry.peer = ctx->peer();
+  entry.peer = auth_.AuditPeer(*ctx);
   entry.method = "List";
   absl::StatusOr<std::string> who = auth_.Authenticate(*ctx);
   entry.who = who.ok() ? *who : "-";
@@ -158,7 +158,7 @@ grpc::ServerUnaryReactor* AdminService::List(
 grpc::ServerWriteReactor<tcc::v1::WatchEvent>* AdminService::Watch(
     grpc::CallbackServerContext* ctx, const tcc::v1::WatchRequest* request) {
   AdminAudit entry;
-  entry.peer = ctx->peer();
+  entry.peer = auth_.AuditPeer(*ctx);
   entry.method = "Watch";
   entry.target = absl::StrCat("gid=", request->gid());
   absl::StatusOr<std::string> who = auth_.Authenticate(*ctx);

@@ -284,12 +284,18 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
   top.String("listen", &c.listen);
   top.String("admin_listen", &c.admin_listen);
   top.String("metrics_listen", &c.metrics_listen);
+  top.String("console_listen", &c.console_listen);
   top.String("data_dir", &c.data_dir);
   top.Bool("allow_direct_targets", &c.allow_direct_targets);
   top.Bool("sync_writes", &c.sync_writes);
   top.Integer("shards", &c.shards, 0, 256);
 
   ReadListenerTls(top, "tls", &c.tls, &error);
+  {
+    MapReader r(top.Child("console"), top.Key("console"), &error);
+    ReadListenerTls(r, "tls", &c.console.tls, &error);
+    r.Integer("max_connections", &c.console.max_connections, 1, 10000);
+  }
   {
     MapReader r(top.Child("admin"), top.Key("admin"), &error);
     r.String("token_file", &c.admin.token_file);
@@ -456,10 +462,34 @@ absl::Status ValidateConfig(const Config& c) {
         "admin.tls: applies only with admin_listen set (the admin API is "
         "served on `listen` with `tls`)");
   }
-  if (!c.admin.client_identities.empty() &&
-      EffectiveAdminTls(c).mode != "mtls") {
+  if (absl::Status s =
+          ValidateAddress("console_listen", c.console_listen, true);
+      !s.ok()) {
+    return s;
+  }
+  if (!c.console_listen.empty()) {
+    if (absl::Status s =
+            ValidateListenerTls("console.tls", c.console.tls, c.console_listen);
+        !s.ok()) {
+      return s;
+    }
+    if (!IsLoopbackAddress(c.console_listen) && c.console.tls.mode != "tls" &&
+        c.console.tls.mode != "mtls") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "console.tls.mode: tls or mtls required for ", c.console_listen,
+          " (not a loopback address): the console's session cookie carries "
+          "an admin token"));
+    }
+  } else if (!c.console.tls.mode.empty()) {
     return absl::InvalidArgumentError(
-        "admin.client_identities: needs the admin listener in mtls mode");
+        "console.tls: applies only with console_listen set");
+  }
+  if (!c.admin.client_identities.empty() &&
+      EffectiveAdminTls(c).mode != "mtls" &&
+      (c.console_listen.empty() || c.console.tls.mode != "mtls")) {
+    return absl::InvalidArgumentError(
+        "admin.client_identities: needs the admin listener (or the console) "
+        "in mtls mode");
   }
   if (c.admin.approval_ttl_ms > c.admin.max_approval_ttl_ms) {
     return absl::InvalidArgumentError(

@@ -147,10 +147,22 @@ struct LogConfig {
   std::string format = "text";  // text or json
 };
 
+// The web console (coordinator/src/console): read-only pages over the
+// Admin API, with its credentials. TLS is required off loopback (the
+// session cookie carries an admin token): mode tls or mtls; in mtls a
+// browser's client certificate listed in admin.client_identities signs in
+// without a token.
+struct ConsoleConfig {
+  ListenerTlsConfig tls;
+  uint32_t max_connections = 64;
+};
+
 struct Config {
   std::string listen = "127.0.0.1:7070";  // tcc.v1.Coordinator
   std::string admin_listen;               // tcc.v1.Admin; empty: on `listen`
   std::string metrics_listen = "127.0.0.1:9464";  // /metrics; empty: off
+  std::string console_listen;  // the web console, host:port; empty: off
+  ConsoleConfig console;
   std::string data_dir = "./data";
   bool allow_direct_targets = false;  // branches naming "host:port" directly
   bool sync_writes = true;            // only true is accepted (the key is kept)

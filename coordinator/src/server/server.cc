@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "console/console_server.h"
 #include "rpc/admin_auth.h"
 #include "rpc/admin_service.h"
 #include "rpc/coordinator_service.h"
@@ -61,6 +62,7 @@ class Server::Impl {
   std::unique_ptr<rpc::AdminService> admin_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<grpc::Server> admin_server_;
+  std::unique_ptr<console::ConsoleServer> console_;
   int port_ = 0;
   int admin_port_ = 0;
   std::atomic<bool> stopped_{false};
@@ -202,8 +204,11 @@ absl::Status Server::Impl::Start(const Config& config,
     if (!loaded.ok()) return loaded.status();
     tokens = std::move(*loaded);
   }
-  admin_auth_ =
-      std::make_unique<rpc::AdminAuth>(tokens, config.admin.client_identities);
+  // The console's key: it speaks for browsers with verified certificates.
+  const std::string console_key =
+      config.console_listen.empty() ? "" : NewApprovalId();
+  admin_auth_ = std::make_unique<rpc::AdminAuth>(
+      tokens, config.admin.client_identities, console_key);
   if (!admin_auth_->configured()) {
     spdlog::warn(
         "no admin credential configured (admin.token_file, "
@@ -361,6 +366,21 @@ absl::Status Server::Impl::Start(const Config& config,
           absl::StrCat("cannot listen on ", config.admin_listen));
     }
   }
+  if (!config.console_listen.empty()) {
+    grpc::Server* admin =
+        admin_apart ? admin_server_.get() : grpc_server_.get();
+    auto console = console::ConsoleServer::Start(console::ConsoleOptions{
+        .address = config.console_listen,
+        .cert_file = config.console.tls.cert_file,
+        .key_file = config.console.tls.key_file,
+        .client_ca_file = config.console.tls.client_ca_file,
+        .admin = admin->InProcessChannel(grpc::ChannelArguments()),
+        .console_key = admin_auth_->console_key(),
+        .max_connections = static_cast<int>(config.console.max_connections),
+        .idle_timeout_ms = 30000});
+    if (!console.ok()) return console.status();
+    console_ = std::move(*console);
+  }
   ScheduleRetention();
   WalStats();  // the gauges are right from the first scrape; then every 250 ms
   return absl::OkStatus();
@@ -432,6 +452,7 @@ absl::Status Server::Impl::Failure() const {
 absl::Status Server::Impl::Stop() {
   if (stopped_) return stopped_failure_;
   stopped_ = true;
+  console_.reset();  // its Watch streams cancelled, its threads joined
   // Stop accepting; callers still waiting are answered UNAVAILABLE so the
   // servers can finish their calls.
   if (backend_) backend_->Shutdown();
@@ -479,6 +500,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 
 int Server::port() const { return impl_->port_; }
 int Server::admin_port() const { return impl_->admin_port_; }
+int Server::console_port() const {
+  return impl_->console_ ? impl_->console_->port() : 0;
+}
 int Server::metrics_port() const {
   return impl_->metrics_endpoint_ ? impl_->metrics_endpoint_->port() : 0;
 }

@@ -27,6 +27,7 @@ class Server {
   int port() const;          // the client API's bound port
   int admin_port() const;    // == port() when served together
   int metrics_port() const;  // 0 when off
+  int console_port() const;  // 0 when off
 
   // Graceful stop; idempotent. Returns Failure() as it was when stopping
   // (the caller exits non-zero then).
