@@ -36,6 +36,8 @@ PACKAGES=(
   # (CPack DEB: dpkg-shlibdeps, file) and its checks (lintian,
   # systemd-analyze); the alert rules and dashboard (promtool, prometheus)
   libsystemd-dev dpkg-dev file lintian systemd prometheus
+  # the web console's browser test (headless, over the DevTools protocol)
+  chromium
 )
 
 missing() {
