@@ -32,6 +32,12 @@ PACKAGES=(
   strace faketime libfaketime
   # benchmarks: thread hand-offs (perf stat: context switches, futex calls)
   linux-perf
+  # the Python participant SDK, its bank example, the conformance suite
+  # (tests run /usr/bin/python3; stubs come from protoc and
+  # grpc_python_plugin, in protobuf-compiler-grpc) and its wheel, built
+  # offline
+  python3 python3-grpcio python3-protobuf python3-psycopg2
+  python3-prometheus-client python3-build python3-setuptools python3-wheel
 )
 
 missing() {
