@@ -54,7 +54,10 @@ class HttpServer(unittest.TestCase):
         h.update(headers or {})
         c.request("POST", path, body=body, headers=h)
         r = c.getresponse()
-        return r.status, r.read(), r
+        data = r.read()
+        if conn is None:
+            c.close()  # its own connection; a caller's stays open for reuse
+        return r.status, data, r
 
     def test_calls_and_answers_as_json(self):
         c = call()
@@ -75,6 +78,7 @@ class HttpServer(unittest.TestCase):
         self.assertTrue(answer.authoritative)
         status, body, _ = self.post("/tcc/confirm", js(to_req(c)), conn)
         self.assertEqual(json.loads(body)["outcome"], "OUTCOME_EXECUTED")
+        conn.close()
         self.assertEqual(self.effects(c.key), ["confirm", "try"])
 
     def test_errors_are_their_statuses(self):
@@ -126,6 +130,7 @@ class HttpServer(unittest.TestCase):
         self.assertIn('tcc_participant_calls_total{operation="try",outcome="executed",'
                       'replayed="false"}', text)
         self.assertIn("tcc_participant_http_connections_total", text)
+        conn.close()
 
 
 class HttpTls(unittest.TestCase):
@@ -176,15 +181,18 @@ class HttpTls(unittest.TestCase):
         conn.request("POST", "/try", body=js(to_req(call())),
                      headers={"Content-Type": "application/json"})
         self.assertEqual(conn.getresponse().status, 200)
+        conn.close()
         conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=10,
                                            context=self.context(False))
         with self.assertRaises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
             conn.request("POST", "/try", body=js(to_req(call())))
             conn.getresponse().read()
+        conn.close()
         plain = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
         with self.assertRaises((ConnectionError, http.client.HTTPException, OSError)):
             plain.request("POST", "/try", body=b"{}")
             plain.getresponse().read()
+        plain.close()
 
 
 class GrpcServer(unittest.TestCase):
