@@ -266,6 +266,7 @@ class Launched:
         log = open(self.log_path, "ab")
         log.write(f"== start (TCC_FAILPOINTS={failpoints!r})\n".encode())
         log.flush()
+        self.log_offset = log.tell()  # where this run's stderr begins
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=log, env=env,
                                      start_new_session=True)
         log.close()
@@ -296,6 +297,17 @@ class Launched:
                           f"(see {self.log_path})")
         if self.bank_address is None:
             self.bank_address = self.address
+
+    def wait_log(self, text, timeout_s=20):
+        """Whether this run's stderr shows `text` within `timeout_s` (read
+        every 20 ms, a bounded number of times)."""
+        for _ in range(int(timeout_s / 0.02)):
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_offset)
+                if text.encode() in f.read():
+                    return True
+            time.sleep(0.02)
+        return False
 
     def wait_exit(self, timeout_s=15):
         try:
@@ -880,9 +892,12 @@ class Suite:
         r = self.req(k, "debit", f"{a}:41".encode())
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             first = pool.submit(self.wire.call, "try", r)
-            time.sleep(0.4)  # the first holds the key's lock now
+            # The retry leaves once the first holds the key's lock.
+            held = self.launched.wait_log("failpoint barrier.after_lock: sleep")
             retry = pool.submit(self.wire.call, "try", r)
             replies = [first.result(), retry.result()]
+        expect(held, "the participant never said the first Try was held "
+               "(failpoint barrier.after_lock: sleep, on its stderr)")
         for x in replies:
             expect(x.code == OK and x.message.outcome == EXECUTED, f"Try and its retry: {x}")
         expect(sorted(x.message.replayed for x in replies) == [False, True],
@@ -897,10 +912,14 @@ class Suite:
         r = self.req(k, "debit", f"{a}:42".encode())
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             late_try = pool.submit(self.wire.call, "try", r)
-            time.sleep(0.4)  # the Try has arrived and waits before its lock
+            # The Cancel leaves once the Try has arrived and waits before
+            # its lock.
+            held = self.launched.wait_log("failpoint barrier.before_lock: sleep")
             cancel = pool.submit(self.wire.call, "cancel", r)
             c = cancel.result()
             t = late_try.result()
+        expect(held, "the participant never said the Try was held "
+               "(failpoint barrier.before_lock: sleep, on its stderr)")
         expect(c.code == OK and c.message.outcome == EMPTY_ROLLBACK,
                f"the Cancel that overtook its Try: {c}")
         expect(t.code == OK and t.message.outcome == HANGING_REFUSED,

@@ -8,6 +8,7 @@ at the first evaluation; production never sets it. The value is a
   crash      SIGKILL to this process at once (as `kill -9`)
   error      evaluate() raises CallError(UNAVAILABLE, "failpoint NAME")
   sleep(MS)  the calling thread stalls MS milliseconds, then goes on
+             (saying "failpoint NAME: sleep MS ms" on stderr first)
   off        nothing
 and @N fires on the Nth evaluation only (1-based), @N+ on the Nth and every
 later one; no trigger: every evaluation.
@@ -24,6 +25,7 @@ Thread-safe.
 import os
 import re
 import signal
+import sys
 import threading
 import time
 
@@ -102,9 +104,12 @@ def evaluate(name):
     if not fires or action == "off":
         return
     if action == "crash":
+        print(f"failpoint {name}: crash", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(60)  # not reached
     if action == "sleep":
+        # Said before the stall, so a test can tell the call is held.
+        print(f"failpoint {name}: sleep {ms} ms", file=sys.stderr, flush=True)
         time.sleep(ms / 1000.0)
         return
     raise CallError(Code.UNAVAILABLE, f"failpoint {name}")
