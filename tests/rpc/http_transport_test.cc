@@ -444,9 +444,10 @@ TEST_CASE("Shutdown ends calls in flight (CANCELLED) and drops waiting ones") {
   Answers<runtime::BranchAnswer> answers(2);
   t->Call(a.call, 60000, answers.Slot(0));
   t->Call(b.call, 60000, answers.Slot(1));  // waits for the one connection
-  while (server.requests() < 1) {
+  for (int i = 0; i < 4000 && server.requests() < 1; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  REQUIRE(server.requests() == 1);  // the first is in flight
   t->Shutdown(5000);
   REQUIRE(answers.count() == 1);
   CHECK(answers.Get(0).status().code() == absl::StatusCode::kCancelled);
