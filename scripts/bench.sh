@@ -26,6 +26,16 @@
 #   --keep-data        keep the processes' data directories (deleted at exit
 #                      otherwise; the logs are always kept)
 #   --tccd-config FILE tccd's configuration (default config/tccd.yaml)
+#   --python-banks     instead of the set above: the headline case (C=64, 2
+#                      branches, 100 B) with the two banks run by the Python
+#                      SDK (participant-sdk/python/examples/bank/bank.py),
+#                      over HTTP/JSON and over gRPC, alternating, and the C++
+#                      banks as the reference, in one run; the last line is
+#                      tcc-bench-python: http_tps=N grpc_tps=N ratio=N ...
+#   --python-rounds N  rounds of (HTTP, gRPC) runs with --python-banks
+#                      (default 2; medians reported)
+#   --python-store S   sqlite (default) or postgres (scripts/pg.sh, started
+#                      and removed here) for the Python banks
 #
 # Everything runs on 127.0.0.1 with ports picked by the OS; every process
 # started here is stopped on exit (also on error or Ctrl-C), and every step
@@ -47,6 +57,9 @@ recovery_count=100000
 only_recovery=0
 keep_data=0
 tccd_config=config/tccd.yaml
+python_banks=0
+python_rounds=2
+python_store=sqlite
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -59,7 +72,10 @@ while [[ $# -gt 0 ]]; do
     --only-recovery) only_recovery=1 ;;
     --keep-data) keep_data=1 ;;
     --tccd-config) tccd_config=$2; shift ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    --python-banks) python_banks=1 ;;
+    --python-rounds) python_rounds=$2; shift ;;
+    --python-store) python_store=$2; shift ;;
+    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -99,8 +115,10 @@ cleanup() {
 }
 # On exit the processes stop and their data directories go (about 1.3 GB
 # after a full set: the recovery runs' 100,000 transactions); the logs stay.
+pg_env=""
 cleanup_on_exit() {
   cleanup
+  if [[ -n $pg_env ]]; then scripts/pg.sh stop "$pg_env" >/dev/null 2>&1 || true; fi
   if [[ $keep_data == 0 ]]; then rm -rf "$run_dir"/stack-*; fi
 }
 trap cleanup_on_exit EXIT
@@ -185,6 +203,43 @@ start_tccd_stack() {
   tccd_roles="tccd,bank-a,bank-b"
   tccd_metrics=$(sed -n 's/^metrics: \(http:[^ ]*\)$/\1/p' \
                  "$run_dir/tccd-$stack_count.log" | head -n1)
+}
+
+# The same stack with the two banks run by the Python SDK's example over
+# $1 (http or grpc), on $python_store (SQLite: a file each, synchronous
+# FULL; PostgreSQL: a schema each, synchronous_commit on). Sets the same
+# variables as start_tccd_stack.
+py_bank=participant-sdk/python/examples/bank/bank.py
+start_python_stack() {
+  local protocol=$1
+  stack_count=$((stack_count + 1))
+  local dir=$run_dir/stack-$stack_count-python-$protocol
+  mkdir -p "$dir"
+  local bank bank_pids="" participants=() store_args
+  for bank in bank-a bank-b; do
+    if [[ $python_store == postgres ]]; then
+      store_args=(--store postgres --pg-url "$pg_url" --name "${bank}-s$stack_count")
+    else
+      store_args=(--store sqlite --db "$dir/$bank.db" --name "$bank")
+    fi
+    PYTHONPATH=$py_path PYTHONDONTWRITEBYTECODE=1 \
+      start_server "py-$bank-$stack_count" /usr/bin/python3 "$py_bank" \
+      "${store_args[@]}" --protocol "$protocol" --listen 127.0.0.1:0 \
+      --accounts 10000 --initial-balance 1000000000 --log-level warning
+    bank_pids+=",$server_pid"
+    if [[ $protocol == http ]]; then
+      participants+=(--participant "$bank=http://127.0.0.1:$server_port")
+    else
+      participants+=(--participant "$bank=127.0.0.1:$server_port")
+    fi
+  done
+  tccd_data=$dir/tccd
+  start_server "tccd-$stack_count" "$tccd_bin" \
+    --config "$tccd_config" --data-dir "$tccd_data" \
+    --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${participants[@]}"
+  tccd_target=127.0.0.1:$server_port
+  tccd_pids="$server_pid$bank_pids"
+  tccd_roles="tccd,py-bank-a,py-bank-b"
 }
 
 # metric URL NAME: the value of an unlabelled metric in a /metrics page (0 if
@@ -484,6 +539,62 @@ run_set() {
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 ticks_start=$(cpu_ticks)
+
+# median V...: the median of the values.
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+if [[ $python_banks == 1 ]]; then
+  py_path="$build_dir/participant-sdk/python/gen:$PWD/participant-sdk/python/src:$PWD/participant-sdk/python/examples/bank"
+  if [[ ! -f $build_dir/participant-sdk/python/gen/tcc/v1/participant_pb2.py ]]; then
+    echo "bench.sh: the Python stubs are missing in $build_dir (build first)" >&2
+    exit 1
+  fi
+  if [[ $python_store == postgres ]]; then
+    pg_env=$run_dir/postgres.env
+    scripts/pg.sh start "$pg_env" >/dev/null
+    pg_url=$(sed -n 's/^export TCC_PG_URL=//p' "$pg_env")
+  fi
+  headline=(--concurrency 64 --branches 2 --payload-bytes 100)
+  cpp_tps=0
+  if start_tccd_stack normal; then
+    run_bench "C++ banks (gRPC, RocksDB): C=64, 2 branches, 100 B" "$tccd_target" \
+      "$tccd_pids" "$tccd_roles" "${headline[@]}"
+    cpp_tps=$r_tps
+    cleanup
+  fi
+  http_tps=() grpc_tps=() http_p50=() grpc_p50=() http_p99=() grpc_p99=()
+  for round in $(seq "$python_rounds"); do
+    for protocol in http grpc; do
+      start_python_stack "$protocol"
+      run_bench "Python banks over $protocol ($python_store), round $round: C=64, 2 branches, 100 B" \
+        "$tccd_target" "$tccd_pids" "$tccd_roles" "${headline[@]}"
+      if [[ $protocol == http ]]; then
+        http_tps+=("$r_tps") http_p50+=("$r_p50") http_p99+=("$r_p99")
+      else
+        grpc_tps+=("$r_tps") grpc_p50+=("$r_p50") grpc_p99+=("$r_p99")
+      fi
+      cleanup
+    done
+  done
+  h=$(median "${http_tps[@]}") g=$(median "${grpc_tps[@]}")
+  ratio=$(awk -v h="$h" -v g="$g" 'BEGIN { if (h > 0 && g > 0) printf "%.3f", h / g; else print 0 }')
+  mkdir -p "$(dirname "$out")"
+  {
+    echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${table_rows[@]}"
+    echo
+    echo "Medians of $python_rounds alternating rounds: Python banks over HTTP $h tx/s (p50 $(median "${http_p50[@]}") ms, p99 $(median "${http_p99[@]}") ms), over gRPC $g tx/s (p50 $(median "${grpc_p50[@]}") ms, p99 $(median "${grpc_p99[@]}") ms): HTTP/gRPC $ratio. C++ banks: $cpp_tps tx/s."
+    echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); CPU time stolen by the hypervisor over the whole set: $(steal_pct "$ticks_start" "$(cpu_ticks)")%."
+    echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback; tccd with $tccd_config."
+  } | tee "$out"
+  echo "bench.sh: table written to $out; logs in $run_dir" >&2
+  echo "tcc-bench-python: http_tps=$h grpc_tps=$g ratio=$ratio" \
+       "http_p50_ms=$(median "${http_p50[@]}") http_p99_ms=$(median "${http_p99[@]}")" \
+       "grpc_p50_ms=$(median "${grpc_p50[@]}") grpc_p99_ms=$(median "${grpc_p99[@]}")" \
+       "cpp_tps=$cpp_tps store=$python_store errors=$total_errors"
+  exit 0
+fi
 
 if [[ $only_recovery == 1 ]]; then
   measure_recovery unanswered

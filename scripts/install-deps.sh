@@ -38,6 +38,12 @@ PACKAGES=(
   libsystemd-dev dpkg-dev file lintian systemd prometheus
   # the web console's browser test (headless, over the DevTools protocol)
   chromium
+  # the Python participant SDK, its bank example, the conformance suite
+  # (tests run /usr/bin/python3; stubs come from protoc and
+  # grpc_python_plugin, in protobuf-compiler-grpc) and its wheel, built
+  # offline
+  python3 python3-grpcio python3-protobuf python3-psycopg2
+  python3-prometheus-client python3-build python3-setuptools python3-wheel
 )
 
 missing() {

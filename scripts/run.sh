@@ -8,10 +8,22 @@
 #   scripts/run.sh          the demo, then serve until Ctrl-C
 #   scripts/run.sh --once   the demo, then stop everything; exit 0 only if
 #                           every outcome was the expected one
+#   scripts/run.sh --mixed [--once]
+#                           the same transfers between a C++ bank (bank-a:
+#                           tcc-bank, gRPC, RocksDB) and a Python bank (bank-b:
+#                           the Python SDK's example, HTTP/JSON, PostgreSQL
+#                           from scripts/pg.sh, stopped and removed at exit)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 once=0
-[ "${1:-}" = "--once" ] && once=1
+mixed=0
+for arg in "$@"; do
+  case $arg in
+    --once) once=1 ;;
+    --mixed) mixed=1 ;;
+    *) echo "usage: $0 [--mixed] [--once]" >&2; exit 2 ;;
+  esac
+done
 
 [ "${TCC_SKIP_BUILD:-0}" = 1 ] || scripts/build.sh >/dev/null
 build_dir=${TCC_BUILD_DIR:-build}
@@ -24,10 +36,13 @@ rm -rf "$demo_dir"
 mkdir -p "$demo_dir"
 
 pids=()
+pg_env=""
 stop_all() {
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   pids=()
+  if [ -n "$pg_env" ]; then scripts/pg.sh stop "$pg_env" >/dev/null 2>&1 || true; fi
+  pg_env=""
 }
 trap stop_all EXIT
 trap 'echo; echo "stopping"; exit 0' INT TERM
@@ -58,10 +73,28 @@ start "$demo_dir/bank-a.log" "$bin_bank" --name bank-a \
   --listen 127.0.0.1:0 --data-dir "$demo_dir/bank-a" --accounts 10 \
   --initial-balance 100
 port_a=$port
-start "$demo_dir/bank-b.log" "$bin_bank" --name bank-b \
-  --listen 127.0.0.1:0 --data-dir "$demo_dir/bank-b" --accounts 10 \
-  --initial-balance 100
-port_b=$port
+if [ $mixed = 1 ]; then
+  # The Python bank over HTTP on PostgreSQL; its Bank service (balances, for
+  # the demo's checks) on a port of its own.
+  pg_env=$demo_dir/postgres.env
+  scripts/pg.sh start "$pg_env" >/dev/null
+  pg_url=$(sed -n 's/^export TCC_PG_URL=//p' "$pg_env")
+  export PYTHONPATH="$build_dir/participant-sdk/python/gen:$PWD/participant-sdk/python/src:$PWD/participant-sdk/python/examples/bank"
+  export PYTHONDONTWRITEBYTECODE=1
+  start "$demo_dir/bank-b.log" /usr/bin/python3 participant-sdk/python/examples/bank/bank.py \
+    --name bank-b --protocol http --listen 127.0.0.1:0 --bank-listen 127.0.0.1:0 \
+    --store postgres --pg-url "$pg_url" --accounts 10 --initial-balance 100
+  port_b=$port
+  bank_b_service=$(grep -oP '^bank service on 127\.0\.0\.1:\K[0-9]+$' "$demo_dir/bank-b.log")
+  participant_b="bank-b=http://127.0.0.1:$port_b"
+else
+  start "$demo_dir/bank-b.log" "$bin_bank" --name bank-b \
+    --listen 127.0.0.1:0 --data-dir "$demo_dir/bank-b" --accounts 10 \
+    --initial-balance 100
+  port_b=$port
+  bank_b_service=$port_b
+  participant_b="bank-b=127.0.0.1:$port_b"
+fi
 # An admin token for tccctl (admin calls need a credential).
 tokens=$demo_dir/admin-tokens
 (umask 077 && echo "demo $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" >"$tokens")
@@ -70,17 +103,21 @@ start "$demo_dir/tccd.log" "$bin_tccd" --config config/tccd.yaml \
   --admin-token-file "$tokens" \
   --metrics-listen 127.0.0.1:0 \
   --participant "bank-a=127.0.0.1:$port_a" \
-  --participant "bank-b=127.0.0.1:$port_b"
+  --participant "$participant_b"
 port_t=$port
 metrics=$(grep -oP '^metrics: \K.*' "$demo_dir/tccd.log" || true)
 
 echo "tccd on 127.0.0.1:$port_t (WAL in $demo_dir/tccd, fsync on)"
-echo "bank-a on 127.0.0.1:$port_a, bank-b on 127.0.0.1:$port_b (10 accounts of 100 each)"
+if [ $mixed = 1 ]; then
+  echo "bank-a (C++, gRPC, RocksDB) on 127.0.0.1:$port_a; bank-b (Python, HTTP, PostgreSQL) on http://127.0.0.1:$port_b, its Bank service on :$bank_b_service (10 accounts of 100 each)"
+else
+  echo "bank-a on 127.0.0.1:$port_a, bank-b on 127.0.0.1:$port_b (10 accounts of 100 each)"
+fi
 echo "logs: $demo_dir/*.log"
 
 rc=0
 "$bin_demo" --tccd "127.0.0.1:$port_t" --bank-a "127.0.0.1:$port_a" \
-  --bank-b "127.0.0.1:$port_b" || rc=$?
+  --bank-b "127.0.0.1:$bank_b_service" || rc=$?
 echo "metrics: $metrics"
 ctl=("$bin_ctl" --addr "127.0.0.1:$port_t" --token-file "$tokens")
 echo
@@ -93,7 +130,7 @@ if [ $once = 1 ]; then
   exit $rc
 fi
 echo
-echo "Serving until Ctrl-C. Try: $bin_demo --tccd 127.0.0.1:$port_t --bank-a 127.0.0.1:$port_a --bank-b 127.0.0.1:$port_b"
+echo "Serving until Ctrl-C. Try: $bin_demo --tccd 127.0.0.1:$port_t --bank-a 127.0.0.1:$port_a --bank-b 127.0.0.1:$bank_b_service"
 echo "Operate: ${ctl[*]} status | list | show GID"
 while true; do
   for pid in "${pids[@]}"; do

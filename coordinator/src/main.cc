@@ -59,9 +59,9 @@ int main(int argc, char** argv) {
                  "overrides admin.token_file");
   app.add_option("--log-level", log_level, "overrides log.level");
   app.add_option("--log-format", log_format, "overrides log.format");
-  app.add_option(
-      "--participant", participants,
-      "NAME=HOST:PORT, adds or overrides a participant (repeatable)");
+  app.add_option("--participant", participants,
+                 "NAME=HOST:PORT (gRPC) or NAME=http[s]://HOST:PORT[/PATH] "
+                 "(HTTP), adds or overrides a participant (repeatable)");
   app.add_flag("--allow-direct-targets", allow_direct_targets,
                "overrides allow_direct_targets to true");
   app.add_flag("--version", version, "print the version and exit");

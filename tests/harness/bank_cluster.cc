@@ -72,6 +72,77 @@ absl::Status BankCluster::Start() {
 
 absl::Status BankCluster::StartBank(const std::string& name) {
   const int port = bank_ports_.count(name) ? bank_ports_[name] : 0;
+  if (auto py = options_.python_banks.find(name);
+      py != options_.python_banks.end()) {
+    const int service_port =
+        bank_service_ports_.count(name) ? bank_service_ports_[name] : 0;
+    std::vector<std::string> argv = {"/usr/bin/python3",
+                                     options_.python_bank_script,
+                                     "--name",
+                                     name,
+                                     "--protocol",
+                                     py->second.protocol,
+                                     "--listen",
+                                     absl::StrCat("127.0.0.1:", port),
+                                     "--bank-listen",
+                                     absl::StrCat("127.0.0.1:", service_port),
+                                     "--store",
+                                     py->second.store,
+                                     "--accounts",
+                                     std::to_string(options_.accounts),
+                                     "--initial-balance",
+                                     std::to_string(options_.initial_balance)};
+    if (py->second.store == "postgres") {
+      argv.insert(argv.end(), {"--pg-url", options_.pg_url});
+    } else {
+      argv.insert(argv.end(), {"--db", options_.root_dir + "/" + name + ".db"});
+    }
+    if (pki_) {
+      argv.insert(argv.end(), {"--tls-cert", pki_->server().cert_file,
+                               "--tls-key", pki_->server().key_file,
+                               "--tls-client-ca", pki_->ca_file()});
+    }
+    // The Bank service: on the participant's port (TLS when the cluster is)
+    // for a gRPC bank, on a plaintext port of its own for an HTTP one.
+    const bool grpc_bank = py->second.protocol == "grpc";
+    std::map<std::string, std::string> env;
+    if (options_.bank_env.count(name)) env = options_.bank_env[name];
+    env["PYTHONPATH"] = options_.python_path;
+    env["PYTHONDONTWRITEBYTECODE"] = "1";
+    // A port just released by a killed bank can take a moment to be free.
+    absl::Status last;
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      auto p = Process::Start(ProcessOptions{
+          argv, env, options_.root_dir + "/" + name + ".log", name});
+      if (!p.ok()) return p.status();
+      auto service = (*p)->WaitForLine(R"(^bank service on [^:]+:(\d+)$)",
+                                       kStartTimeoutMs);
+      auto listening = service.ok() ? (*p)->WaitForListening(kStartTimeoutMs)
+                                    : absl::StatusOr<int>(service.status());
+      if (listening.ok()) {
+        bank_ports_[name] = *listening;
+        bank_service_ports_[name] = std::stoi(*service);
+        banks_[name] = std::move(*p);
+        if (!bank_stubs_.count(name)) {
+          bank_stubs_[name] =
+              tcc::examples::bank::Bank::NewStub(grpc::CreateChannel(
+                  absl::StrCat("127.0.0.1:", *service),
+                  grpc_bank ? ClientCredentials()
+                            : grpc::InsecureChannelCredentials()));
+        }
+        return absl::OkStatus();
+      }
+      last = listening.status();
+      const std::string output = (*p)->Output();
+      (*p)->Kill();
+      if (output.find("Address already in use") == std::string::npos &&
+          output.find("cannot listen") == std::string::npos) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    return last;
+  }
   const std::string store = options_.bank_store.count(name)
                                 ? options_.bank_store.at(name)
                                 : options_.store;
@@ -134,8 +205,13 @@ absl::Status BankCluster::StartTccd() {
     argv.push_back(*config);
   } else {
     for (const auto& name : options_.banks) {
+      auto py = options_.python_banks.find(name);
+      const bool http =
+          py != options_.python_banks.end() && py->second.protocol == "http";
       argv.push_back("--participant");
-      argv.push_back(absl::StrCat(name, "=127.0.0.1:", bank_ports_[name]));
+      argv.push_back(absl::StrCat(
+          name,
+          http ? "=http://127.0.0.1:" : "=127.0.0.1:", bank_ports_[name]));
     }
   }
   for (const auto& a : options_.tccd_args) argv.push_back(a);
@@ -203,9 +279,16 @@ absl::StatusOr<std::string> BankCluster::WriteTlsTccdConfig() {
   absl::StrAppend(&yaml, "participants:\n");
   for (const auto& name : options_.banks) {
     const auto ca = options_.tls.participant_ca_file.find(name);
+    auto py = options_.python_banks.find(name);
+    const bool http =
+        py != options_.python_banks.end() && py->second.protocol == "http";
     absl::StrAppend(
-        &yaml, "  ", name, ":\n    address: 127.0.0.1:", bank_ports_[name],
-        "\n    tls:\n      enabled: true\n      ca_file: ",
+        &yaml, "  ", name, ":\n",
+        http ? absl::StrCat("    protocol: http\n    url: https://127.0.0.1:",
+                            bank_ports_[name], "\n")
+             : absl::StrCat("    address: 127.0.0.1:", bank_ports_[name], "\n"),
+        http ? "    tls:\n" : "    tls:\n      enabled: true\n",
+        "      ca_file: ",
         q(ca == options_.tls.participant_ca_file.end() ? pki_->ca_file()
                                                        : ca->second),
         "\n      cert_file: ", q(tccd_cert_.cert_file),

@@ -44,6 +44,16 @@ struct ClusterTls {
   std::vector<std::string> admin_client_identities;
 };
 
+// A bank run by the Python SDK's example (participant-sdk/python/examples/
+// bank/bank.py under /usr/bin/python3) instead of tcc-bank: tccd calls it
+// over `protocol` (http: participants.NAME.url http://127.0.0.1:PORT), its
+// store is "sqlite" (a file under root_dir) or "postgres" (pg_url); the
+// harness reads its accounts through the Bank gRPC service it also serves.
+struct PythonBank {
+  std::string protocol = "http";
+  std::string store = "sqlite";
+};
+
 struct ClusterOptions {
   std::string root_dir;  // data dirs and logs go under it
   // Remove root_dir when the cluster goes (unless TCC_KEEP_TEST_DIRS is set):
@@ -64,6 +74,11 @@ struct ClusterOptions {
   std::map<std::string, std::string> tccd_env;
   std::map<std::string, std::map<std::string, std::string>> bank_env;
   ClusterTls tls;
+  // Banks (by name, among `banks`) run by the Python SDK; the script and the
+  // PYTHONPATH it needs (the generated stubs, the SDK's sources).
+  std::map<std::string, PythonBank> python_banks;
+  std::string python_bank_script;
+  std::string python_path;
 };
 
 class BankCluster {
@@ -146,6 +161,9 @@ class BankCluster {
   int tccd_starts_ = 0;
   std::map<std::string, std::unique_ptr<Process>> banks_;
   std::map<std::string, int> bank_ports_;
+  // Where each bank serves tcc.examples.bank.Bank (a Python HTTP bank: a
+  // port of its own; every other bank: bank_ports_).
+  std::map<std::string, int> bank_service_ports_;
   std::map<std::string, std::unique_ptr<tcc::examples::bank::Bank::Stub>>
       bank_stubs_;
   std::unique_ptr<client::CoordinatorClient> client_;

@@ -2,9 +2,16 @@
 // documented in content_hash.h), so they pin the encoding, not just this code.
 #include "tcc/identity/content_hash.h"
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
 #include <catch2/catch.hpp>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include "absl/strings/escaping.h"
 
 using tcc::identity::BranchContent;
 using tcc::identity::BranchHash;
@@ -107,4 +114,58 @@ TEST_CASE("payloads are hashed as bytes, including zero bytes") {
   CHECK(CanonicalBranchEncoding(1, "p", "a", with_nul).size() ==
         14 + 8 + (4 + 1) + (4 + 1) + (4 + 3));
   CHECK(ToBytes(BranchHash(1, "p", "a", with_nul)).size() == 32);
+}
+
+TEST_CASE("the vectors file of participant.proto: every encoding and hash") {
+  std::ifstream in(TCC_HASH_VECTORS);
+  REQUIRE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  google::protobuf::Struct doc;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(text.str(), &doc).ok());
+  // By reference: the lists below point into the document.
+  auto field = [](const google::protobuf::Struct& s,
+                  const std::string& k) -> const google::protobuf::Value& {
+    return s.fields().at(k);
+  };
+  auto bytes = [&](const google::protobuf::Struct& s, const std::string& k) {
+    return absl::HexStringToBytes(field(s, k).string_value());
+  };
+  const auto& branches = field(doc, "branch").list_value().values();
+  REQUIRE(branches.size() >= 3);
+  for (const auto& v : branches) {
+    const auto& b = v.struct_value();
+    const auto rev = static_cast<uint64_t>(field(b, "revision").number_value());
+    const std::string enc = CanonicalBranchEncoding(
+        rev, bytes(b, "participant_hex"), bytes(b, "action_hex"),
+        bytes(b, "payload_hex"));
+    CHECK(absl::BytesToHexString(enc) ==
+          field(b, "encoding_hex").string_value());
+    CHECK(ToHex(BranchHash(rev, bytes(b, "participant_hex"),
+                           bytes(b, "action_hex"), bytes(b, "payload_hex"))) ==
+          field(b, "sha256_hex").string_value());
+  }
+  const auto& subs = field(doc, "submission").list_value().values();
+  REQUIRE(subs.size() >= 2);
+  for (const auto& v : subs) {
+    const auto& s = v.struct_value();
+    std::vector<std::string> storage;
+    for (const auto& x : field(s, "branches").list_value().values()) {
+      for (const char* k :
+           {"branch_id_hex", "participant_hex", "action_hex", "payload_hex"}) {
+        storage.push_back(bytes(x.struct_value(), k));
+      }
+    }
+    std::vector<BranchContent> content;
+    for (size_t i = 0; i + 3 < storage.size(); i += 4) {
+      content.push_back(
+          {storage[i], storage[i + 1], storage[i + 2], storage[i + 3]});
+    }
+    const auto rev = static_cast<uint64_t>(field(s, "revision").number_value());
+    const bool gate = field(s, "approval_gate").bool_value();
+    CHECK(absl::BytesToHexString(tcc::identity::CanonicalSubmissionEncoding(
+              rev, gate, content)) == field(s, "encoding_hex").string_value());
+    CHECK(ToHex(SubmissionHash(rev, gate, content)) ==
+          field(s, "sha256_hex").string_value());
+  }
 }

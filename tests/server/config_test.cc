@@ -238,3 +238,99 @@ TEST_CASE("a missing file is NOT_FOUND") {
   CHECK(LoadConfigFile("/nonexistent/tccd.yaml").status().code() ==
         absl::StatusCode::kNotFound);
 }
+
+TEST_CASE("HTTP participants: protocol, url, connections, tls") {
+  auto c = ParseConfig(R"(
+participant_calls:
+  http_connections: 7
+participants:
+  short: http://127.0.0.1:8081
+  full:
+    protocol: http
+    url: https://py-bank.internal:8443/tcc/v1/
+    connections: 3
+    tls:
+      ca_file: ca.pem
+      server_name: py-bank
+  g:
+    protocol: grpc
+    address: 127.0.0.1:1
+)",
+                       "t");
+  REQUIRE(c.ok());
+  CHECK(c->participant_calls.http_connections == 7);
+  const auto& s = c->participants.at("short");
+  CHECK(s.protocol == "http");
+  CHECK(s.url == "http://127.0.0.1:8081");
+  CHECK(!s.tls);
+  CHECK(s.connections == 0);
+  const auto& f = c->participants.at("full");
+  CHECK(f.protocol == "http");
+  CHECK(f.tls);  // https:// is TLS
+  CHECK(f.connections == 3);
+  CHECK(f.tls_ca_file == "ca.pem");
+  CHECK(c->participants.at("g").protocol == "grpc");
+
+  auto u = tcc::server::ParseParticipantUrl("k", f.url);
+  REQUIRE(u.ok());
+  CHECK(u->https);
+  CHECK(u->host == "py-bank.internal");
+  CHECK(u->port == 8443);
+  CHECK(u->path == "/tcc/v1");  // trailing '/' dropped
+  u = tcc::server::ParseParticipantUrl("k", "http://[::1]:80");
+  REQUIRE(u.ok());
+  CHECK(u->host == "::1");
+  CHECK(u->path.empty());
+
+  // Bad input is refused, naming the key; nothing is half-applied.
+  CHECK(ErrorOf("participants:\n  a:\n    protocol: http\n")
+            .find("participants.a.url: required") != std::string::npos);
+  CHECK(ErrorOf("participants:\n  a:\n    protocol: http\n    url: "
+                "http://h:1\n    address: h:1\n")
+            .find("participants.a.address: for protocol grpc") !=
+        std::string::npos);
+  CHECK(ErrorOf("participants:\n  a:\n    protocol: ftp\n    url: x\n")
+            .find("participants.a.protocol: must be one of grpc, http") !=
+        std::string::npos);
+  CHECK(ErrorOf("participants:\n  a:\n    address: h:1\n    url: http://h:1\n")
+            .find("participants.a.url: for protocol http") !=
+        std::string::npos);
+  CHECK(ErrorOf("participants:\n  a:\n    address: h:1\n    connections: 2\n")
+            .find("participants.a.connections: for protocol http") !=
+        std::string::npos);
+  CHECK(ErrorOf("participants:\n  a:\n    protocol: http\n    url: "
+                "http://h:1\n    rpcs_in_flight: 2\n")
+            .find("participants.a.rpcs_in_flight: for protocol grpc") !=
+        std::string::npos);
+  CHECK(ErrorOf("participants:\n  a:\n    protocol: http\n    url: "
+                "http://h:1\n    tls: {enabled: true}\n")
+            .find("say https://") != std::string::npos);
+  for (const char* bad :
+       {"http://h", "http://h:0", "http://h:65536", "http://h:1?x=1",
+        "http://h:1#f", "http://user@h:1", "http:// h:1", "http://h:1/a b"}) {
+    INFO(bad);
+    CHECK(ErrorOf(std::string("participants:\n  a: ") + bad + "\n")
+              .find("participants.a") != std::string::npos);
+  }
+  CHECK(ErrorOf("participants:\n  a:\n    protocol: http\n    url: "
+                "http://h:1\n    connections: 0\n")
+            .find("participants.a.connections: must be between 1") !=
+        std::string::npos);
+}
+
+TEST_CASE("--participant flag with an HTTP url") {
+  Config c;
+  REQUIRE(tcc::server::AddParticipantFlag(c, "py=http://127.0.0.1:9/x").ok());
+  CHECK(c.participants.at("py").protocol == "http");
+  CHECK(c.participants.at("py").url == "http://127.0.0.1:9/x");
+  CHECK(c.participants.at("py").address.empty());
+  CHECK(tcc::server::ValidateConfig(c).ok());
+  REQUIRE(tcc::server::AddParticipantFlag(c, "py=127.0.0.1:10").ok());
+  CHECK(c.participants.at("py").protocol == "grpc");
+  CHECK(c.participants.at("py").url.empty());
+  CHECK(!tcc::server::AddParticipantFlag(c, "q=http://127.0.0.1").ok());
+  CHECK(!tcc::server::AddParticipantFlag(c, "r=127.0.0.1").ok());
+  CHECK(c.participants.count("q") == 0);  // a refused flag changes nothing
+  CHECK(c.participants.count("r") == 0);
+  CHECK(tcc::server::ValidateConfig(c).ok());
+}

@@ -3,60 +3,16 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "tcc/identity/content_hash.h"
+#include "rpc/participant_mapping.h"
 
 namespace tcc::rpc {
 namespace {
 
-absl::StatusOr<wal::Outcome> OutcomeFromProto(tcc::v1::Outcome o) {
-  switch (o) {
-    case tcc::v1::OUTCOME_EXECUTED:
-      return wal::Outcome::kExecuted;
-    case tcc::v1::OUTCOME_EMPTY_ROLLBACK:
-      return wal::Outcome::kEmptyRollback;
-    case tcc::v1::OUTCOME_REJECTED:
-      return wal::Outcome::kRejected;
-    case tcc::v1::OUTCOME_HANGING_REFUSED:
-      return wal::Outcome::kHangingRefused;
-    case tcc::v1::OUTCOME_CONFLICT:
-      return wal::Outcome::kConflict;
-    default:
-      return absl::UnknownError(
-          absl::StrCat("participant answered without an outcome (", o, ")"));
-  }
-}
-
-absl::StatusOr<core::BarrierState> BarrierFromProto(tcc::v1::BarrierState s) {
-  switch (s) {
-    case tcc::v1::BARRIER_STATE_NOT_FOUND:
-      return core::BarrierState::kNotFound;
-    case tcc::v1::BARRIER_STATE_TRIED:
-      return core::BarrierState::kTried;
-    case tcc::v1::BARRIER_STATE_TRY_REJECTED:
-      return core::BarrierState::kTryRejected;
-    case tcc::v1::BARRIER_STATE_CANCELLED_BEFORE_TRY:
-      return core::BarrierState::kCancelledBeforeTry;
-    case tcc::v1::BARRIER_STATE_CONFIRMED:
-      return core::BarrierState::kConfirmed;
-    case tcc::v1::BARRIER_STATE_CANCELLED:
-      return core::BarrierState::kCancelled;
-    default:
-      return absl::UnknownError(
-          absl::StrCat("participant answered Query without a state (", s, ")"));
-  }
-}
-
-ParticipantOp OpOf(wal::Phase phase) {
-  switch (phase) {
-    case wal::Phase::kTry:
-      return ParticipantOp::kTry;
-    case wal::Phase::kConfirm:
-      return ParticipantOp::kConfirm;
-    case wal::Phase::kCancel:
-      return ParticipantOp::kCancel;
-  }
-  return ParticipantOp::kTry;
-}
+// What a call adds to a Batch beyond its own serialized size: the
+// BatchRequest field's tag and length and the BatchCall oneof's tag and
+// length (1 + 5 bytes each at most). Counted so that a Batch's serialized
+// size stays within batch_max_bytes (participant.proto promises it).
+constexpr int64_t kBatchFramingBytes = 12;
 
 }  // namespace
 
@@ -274,41 +230,24 @@ absl::Status GrpcTransport::Reachable(const std::string& participant) {
 
 void GrpcTransport::Call(const runtime::BranchCall& call, int64_t timeout_ms,
                          runtime::BranchDone done) {
-  const wal::BranchSpec& spec = *call.spec;
-  if (absl::Status s = Reachable(spec.participant); !s.ok()) {
+  const std::string& participant = call.spec->participant;
+  if (absl::Status s = Reachable(participant); !s.ok()) {
     post_([done = std::move(done), s] { done(s); });
     return;
   }
-  tcc::v1::BranchRequest req;
-  req.mutable_key()->set_gid(call.gid);
-  req.mutable_key()->set_created_at_ms(call.created_at_ms);
-  req.mutable_key()->set_branch_id(spec.branch_id);
-  req.set_action(spec.action);
-  req.set_payload(spec.payload);
-  req.set_branch_hash(identity::ToBytes(spec.branch_hash));
-  req.set_revision(call.revision);
-  req.set_attempt(call.attempt);
-  req.set_owner_epoch(call.owner_epoch);
-  req.set_try_deadline_ms(call.try_deadline_ms);
   Pending p;
   p.op = OpOf(call.phase);
-  p.bytes = static_cast<int64_t>(req.ByteSizeLong());
-  p.branch = std::move(req);
+  p.branch = BranchRequestOf(call);
+  p.bytes = static_cast<int64_t>(p.branch.ByteSizeLong()) + kBatchFramingBytes;
   p.branch_done = std::move(done);
   p.timeout_ms = timeout_ms;
-  Admit(spec.participant, std::move(p));
+  Admit(participant, std::move(p));
 }
 
 void GrpcTransport::OnBranchReply(absl::StatusOr<tcc::v1::BranchResponse> reply,
                                   const runtime::BranchDone& done) {
   if (!reply.ok()) return done(reply.status());
-  auto outcome = OutcomeFromProto(reply->outcome());
-  if (!outcome.ok()) return done(outcome.status());
-  runtime::BranchAnswer answer;
-  answer.outcome = *outcome;
-  answer.replayed = reply->replayed();
-  answer.message = reply->message();
-  done(std::move(answer));
+  done(BranchAnswerOf(std::move(*reply)));
 }
 
 void GrpcTransport::Query(const runtime::QueryCall& query, int64_t timeout_ms,
@@ -317,14 +256,10 @@ void GrpcTransport::Query(const runtime::QueryCall& query, int64_t timeout_ms,
     post_([done = std::move(done), s] { done(s); });
     return;
   }
-  tcc::v1::QueryRequest req;
-  req.mutable_key()->set_gid(query.gid);
-  req.mutable_key()->set_created_at_ms(query.created_at_ms);
-  req.mutable_key()->set_branch_id(query.branch_id);
   Pending p;
   p.is_query = true;
-  p.bytes = static_cast<int64_t>(req.ByteSizeLong());
-  p.query = std::move(req);
+  p.query = QueryRequestOf(query);
+  p.bytes = static_cast<int64_t>(p.query.ByteSizeLong()) + kBatchFramingBytes;
   p.query_done = std::move(done);
   p.timeout_ms = timeout_ms;
   Admit(query.participant, std::move(p));
@@ -333,16 +268,7 @@ void GrpcTransport::Query(const runtime::QueryCall& query, int64_t timeout_ms,
 void GrpcTransport::OnQueryReply(absl::StatusOr<tcc::v1::QueryResponse> reply,
                                  const runtime::QueryDone& done) {
   if (!reply.ok()) return done(reply.status());
-  auto state = BarrierFromProto(reply->state());
-  if (!state.ok()) return done(state.status());
-  runtime::QueryAnswer answer;
-  answer.state = *state;
-  if (reply->branch_hash().size() == answer.branch_hash.size()) {
-    std::copy(reply->branch_hash().begin(), reply->branch_hash().end(),
-              answer.branch_hash.begin());
-  }
-  answer.authoritative = reply->authoritative();
-  done(std::move(answer));
+  done(QueryAnswerOf(*reply));
 }
 
 }  // namespace tcc::rpc

@@ -1,19 +1,19 @@
 // The driver's participant transport (runtime/environment.h) over gRPC:
 // domain calls -> tcc.v1.Participant requests through ParticipantClient, and
-// the answers back. A reply that breaks the contract (no outcome, no barrier
-// state) is an UNKNOWN error: the outcome stays unknown.
+// the answers back, read by rpc/participant_mapping.h (a reply that breaks
+// the contract is an UNKNOWN error: the outcome stays unknown).
 //
 // Calls to one participant are bounded and batched. At most
 // `rpcs_in_flight` gRPC calls are in flight to a participant; calls made
 // meanwhile wait, in order, and when one of those ends the waiting ones leave
-// together as one Batch call (at most `batch_max_calls` calls and
-// `batch_max_bytes` of requests). So batches form only under load: a call
-// never waits for a batch to fill, only for a call already in flight. Each
-// call's timeout starts when it leaves; a batch's deadline is the longest of
-// its calls' timeouts. An error of the Batch itself is every call's error
-// (their outcomes unknown, as for the same error of each alone). Every error
-// of a batched call is tagged with the Batch's id (runtime::TagRpc), so the
-// circuit breaker counts one failed Batch once.
+// together as one Batch call (at most `batch_max_calls` calls, serialized
+// in at most `batch_max_bytes`; a call bigger than that alone leaves alone). So
+// batches form only under load: a call never waits for a batch to fill, only
+// for a call already in flight. Each call's timeout starts when it leaves; a
+// batch's deadline is the longest of its calls' timeouts. An error of the Batch
+// itself is every call's error (their outcomes unknown, as for the same error
+// of each alone). Every error of a batched call is tagged with the Batch's id
+// (runtime::TagRpc), so the circuit breaker counts one failed Batch once.
 //
 // A participant answering Batch with UNIMPLEMENTED (a server without it; then
 // nothing in the batch ran) gets single calls from then on, at most

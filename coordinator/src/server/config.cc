@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -161,12 +162,26 @@ void ReadParticipant(const std::string& name, const YAML::Node& node,
   p->try_timeout = p->confirm_timeout = p->cancel_timeout = p->query_timeout =
       defaults;
   if (node.IsScalar()) {  // shorthand: `bank-a: 127.0.0.1:7101`
-    p->address = node.Scalar();
+    const std::string& v = node.Scalar();
+    if (v.rfind("http://", 0) == 0 || v.rfind("https://", 0) == 0) {
+      p->protocol = "http";  // `py-bank: http://127.0.0.1:8081`
+      p->url = v;
+      p->tls = v.rfind("https://", 0) == 0;
+    } else {
+      p->address = v;
+    }
     return;
   }
   MapReader r(node, path, error);
+  r.String("protocol", &p->protocol);
+  if (r.ok() && !p->protocol.empty()) {
+    r.OneOf("protocol", &p->protocol, {"grpc", "http"});
+  }
+  if (p->protocol.empty()) p->protocol = "grpc";
   r.String("address", &p->address);
+  r.String("url", &p->url);
   r.Integer("rpcs_in_flight", &p->rpcs_in_flight, 1, 100000);
+  r.Integer("connections", &p->connections, 1, 10000);
   {
     MapReader t(r.Child("timeouts"), r.Key("timeouts"), error);
     ReadBounds(t, "try", &p->try_timeout, error);
@@ -185,9 +200,38 @@ void ReadParticipant(const std::string& name, const YAML::Node& node,
     t.RejectUnknown();
   }
   r.RejectUnknown();
-  if (error->ok() && p->address.empty()) {
-    *error =
-        absl::InvalidArgumentError(absl::StrCat(path, ".address: required"));
+  if (!error->ok()) return;
+  if (p->protocol == "http") {
+    if (p->url.empty()) {
+      *error = absl::InvalidArgumentError(
+          absl::StrCat(path, ".url: required for protocol http"));
+    } else if (!p->address.empty()) {
+      *error = absl::InvalidArgumentError(absl::StrCat(
+          path, ".address: for protocol grpc; an http participant has a url"));
+    } else if (p->rpcs_in_flight != 0) {
+      *error = absl::InvalidArgumentError(absl::StrCat(
+          path,
+          ".rpcs_in_flight: for protocol grpc; an http participant has "
+          "connections"));
+    } else if (p->url.rfind("https://", 0) == 0) {
+      p->tls = true;  // the scheme says it; tls: holds the files
+    } else if (p->tls) {
+      *error = absl::InvalidArgumentError(absl::StrCat(
+          path, ".tls.enabled: true with an http:// url; say https://"));
+    }
+  } else {
+    if (p->address.empty()) {
+      *error =
+          absl::InvalidArgumentError(absl::StrCat(path, ".address: required"));
+    } else if (!p->url.empty()) {
+      *error = absl::InvalidArgumentError(
+          absl::StrCat(path, ".url: for protocol http (say protocol: http)"));
+    } else if (p->connections != 0) {
+      *error = absl::InvalidArgumentError(absl::StrCat(
+          path,
+          ".connections: for protocol http; a grpc participant has "
+          "rpcs_in_flight"));
+    }
   }
 }
 
@@ -361,6 +405,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
     r.Integer("batch_max_calls", &pc.batch_max_calls, 1, 1024);
     r.Integer("batch_max_bytes", &pc.batch_max_bytes, 1024, 4 * 1024 * 1024);
     r.Integer("max_outstanding", &pc.max_outstanding, 1, 1000000);
+    r.Integer("http_connections", &pc.http_connections, 1, 10000);
     r.RejectUnknown();
   }
   {
@@ -497,8 +542,17 @@ absl::Status ValidateConfig(const Config& c) {
   }
   for (const auto& [name, p] : c.participants) {
     const std::string key = absl::StrCat("participants.", name);
-    if (absl::Status s = ValidateAddress(key + ".address", p.address, false);
-        !s.ok()) {
+    if (p.protocol == "http") {
+      auto url = ParseParticipantUrl(key + ".url", p.url);
+      if (!url.ok()) return url.status();
+      if (url->https != p.tls) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            key, ".url: https:// is TLS and http:// plaintext; tls.enabled ",
+            p.tls ? "true" : "false", " says otherwise"));
+      }
+    } else if (absl::Status s =
+                   ValidateAddress(key + ".address", p.address, false);
+               !s.ok()) {
       return s;
     }
     if (!p.tls && !(p.tls_ca_file.empty() && p.tls_cert_file.empty() &&
@@ -555,11 +609,40 @@ absl::Status ValidateConfig(const Config& c) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ParticipantUrl> ParseParticipantUrl(const std::string& key,
+                                                   std::string_view url) {
+  // scheme, host (name, IPv4, or [IPv6]), port, optional path.
+  static const std::regex kUrl(
+      R"(^(http|https)://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):([0-9]{1,5})(/[A-Za-z0-9._~!$&'()*+,;=:@%/-]*)?$)");
+  std::match_results<std::string_view::const_iterator> m;
+  if (!std::regex_match(url.begin(), url.end(), m, kUrl)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, ": '", std::string(url),
+        "' is not http://HOST:PORT[/PATH] or https://HOST:PORT[/PATH]"));
+  }
+  ParticipantUrl u;
+  u.https = m[1].str() == "https";
+  u.host = m[2].str();
+  if (!u.host.empty() && u.host.front() == '[') {
+    u.host = u.host.substr(1, u.host.size() - 2);
+  }
+  int port = 0;
+  if (!absl::SimpleAtoi(m[3].str(), &port) || port < 1 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": port ", m[3].str(), " is not 1-65535"));
+  }
+  u.port = static_cast<uint16_t>(port);
+  u.path = m[4].matched ? m[4].str() : "";
+  while (!u.path.empty() && u.path.back() == '/') u.path.pop_back();
+  return u;
+}
+
 absl::Status AddParticipantFlag(Config& config, std::string_view flag) {
   const size_t eq = flag.find('=');
   if (eq == std::string_view::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--participant '", std::string(flag), "': expected NAME=HOST:PORT"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--participant '", std::string(flag),
+                     "': expected NAME=HOST:PORT or NAME=http://HOST:PORT"));
   }
   const std::string name(flag.substr(0, eq));
   const std::string address(flag.substr(eq + 1));
@@ -567,12 +650,35 @@ absl::Status AddParticipantFlag(Config& config, std::string_view flag) {
     return absl::InvalidArgumentError(
         absl::StrCat("--participant: ", std::string(s.message())));
   }
+  // Checked before the config changes: a refused flag leaves it as it was.
+  const bool http =
+      address.rfind("http://", 0) == 0 || address.rfind("https://", 0) == 0;
+  const std::string key = absl::StrCat("--participant ", name);
+  bool https = false;
+  if (http) {
+    auto url = ParseParticipantUrl(key, address);
+    if (!url.ok()) return url.status();
+    https = url->https;
+  } else if (absl::Status s = ValidateAddress(key, address, false); !s.ok()) {
+    return s;
+  }
   ParticipantConfig& p = config.participants[name];
   if (p.name.empty()) {
     p.name = name;
   }
+  if (http) {
+    p.protocol = "http";
+    p.url = address;
+    p.address.clear();
+    p.rpcs_in_flight = 0;
+    p.tls = https;
+    return absl::OkStatus();
+  }
+  p.protocol = "grpc";
+  p.url.clear();
+  p.connections = 0;
   p.address = address;
-  return ValidateAddress(absl::StrCat("--participant ", name), address, false);
+  return absl::OkStatus();
 }
 
 }  // namespace tcc::server

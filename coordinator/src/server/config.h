@@ -30,7 +30,17 @@ struct TimeoutBounds {
 
 struct ParticipantConfig {
   std::string name;
-  std::string address;  // host:port
+  // How tccd reaches it: "grpc" (tcc.v1.Participant at `address`) or "http"
+  // (POST <url>/try, /confirm, /cancel, /query with JSON bodies, DESIGN.md
+  // section 15).
+  std::string protocol = "grpc";
+  std::string address;  // grpc: host:port
+  // http: http://HOST:PORT[/PATH] or https://HOST:PORT[/PATH] (https: TLS,
+  // with the tls_* settings below).
+  std::string url;
+  // http: keep-alive connections to it, which is also the most calls in
+  // flight; 0: participant_calls.http_connections.
+  uint32_t connections = 0;
   TimeoutBounds try_timeout;
   TimeoutBounds confirm_timeout;
   TimeoutBounds cancel_timeout;
@@ -105,6 +115,9 @@ struct ParticipantCallsConfig {
   uint32_t batch_max_calls = 1024;
   uint64_t batch_max_bytes = 1024 * 1024;
   uint32_t max_outstanding = 512;
+  // HTTP participants (no Batch): keep-alive connections to each, the most
+  // calls in flight to it (participants.NAME.connections overrides).
+  uint32_t http_connections = 32;
 };
 
 struct TransactionDefaults {
@@ -197,7 +210,21 @@ bool IsLoopbackAddress(std::string_view address);
 // admin_listen is set, else the client listener's `tls`.
 const ListenerTlsConfig& EffectiveAdminTls(const Config& config);
 
-// Applies a `--participant NAME=HOST:PORT` flag value.
+// A participant's HTTP base URL, taken apart: http[s]://HOST:PORT[/PATH].
+// HOST is a name, an IPv4 address or a bracketed IPv6 address; PORT is
+// required; PATH (without a trailing '/') prefixes every call's path.
+struct ParticipantUrl {
+  bool https = false;
+  std::string host;  // without brackets
+  uint16_t port = 0;
+  std::string path;  // "" or "/a/b"
+};
+// INVALID_ARGUMENT naming `key` when `url` is not of that form.
+[[nodiscard]] absl::StatusOr<ParticipantUrl> ParseParticipantUrl(
+    const std::string& key, std::string_view url);
+
+// Applies a `--participant NAME=HOST:PORT` (gRPC) or
+// `--participant NAME=http[s]://HOST:PORT[/PATH]` (HTTP) flag value.
 [[nodiscard]] absl::Status AddParticipantFlag(Config& config,
                                               std::string_view flag);
 

@@ -136,9 +136,10 @@ CoordinatorMetrics::CoordinatorMetrics(
       participant_rpcs_(
           BuildGauge()
               .Name("tccd_participant_rpcs")
-              .Help("Participant gRPC calls since start (sampled): "
+              .Help("Participant calls since start (sampled): gRPC "
                     "kind=single|batch, batched_calls (the calls batches "
-                    "carried), batch_fallbacks (participants without Batch)")
+                    "carried), batch_fallbacks (participants without Batch); "
+                    "HTTP kind=http_requests|http_connections_opened")
               .Register(*registry_)),
       recovery_(BuildGauge()
                     .Name("tccd_recovery_transactions")
@@ -272,6 +273,14 @@ void CoordinatorMetrics::SetParticipantRpcTotals(int64_t single,
       .Set(static_cast<double>(batched_calls));
   participant_rpcs_.Add({{"kind", "batch_fallbacks"}})
       .Set(static_cast<double>(fallbacks));
+}
+
+void CoordinatorMetrics::SetHttpTotals(int64_t requests,
+                                       int64_t connections_opened) {
+  participant_rpcs_.Add({{"kind", "http_requests"}})
+      .Set(static_cast<double>(requests));
+  participant_rpcs_.Add({{"kind", "http_connections_opened"}})
+      .Set(static_cast<double>(connections_opened));
 }
 
 void CoordinatorMetrics::SetRecovery(int64_t done, int64_t total) {

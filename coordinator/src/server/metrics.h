@@ -89,6 +89,8 @@ class CoordinatorMetrics {
   // without Batch, since start.
   void SetParticipantRpcTotals(int64_t single, int64_t batches,
                                int64_t batched_calls, int64_t fallbacks);
+  // HTTP participants: requests sent and connections opened (totals).
+  void SetHttpTotals(int64_t requests, int64_t connections_opened);
   void SetRecovery(int64_t done, int64_t total);
   // 0 closed, 1 half-open, 2 open.
   void SetBreakerState(const std::string& participant, int state);

@@ -21,7 +21,9 @@
 #include "rpc/admin_service.h"
 #include "rpc/coordinator_service.h"
 #include "rpc/grpc_transport.h"
+#include "rpc/http_transport.h"
 #include "rpc/participant_client.h"
+#include "rpc/participant_router.h"
 #include "rpc/rate_limiter.h"
 #include "runtime/driver.h"
 #include "server/admin_tokens.h"
@@ -53,6 +55,8 @@ class Server::Impl {
   std::vector<std::unique_ptr<SerialExecutor>> shards_;
   std::unique_ptr<rpc::ParticipantClient> client_;
   std::unique_ptr<rpc::GrpcTransport> transport_;
+  std::unique_ptr<rpc::HttpTransport> http_transport_;  // null: no HTTP ones
+  std::unique_ptr<rpc::ParticipantRouter> router_;
   std::unique_ptr<InstrumentedTransport> instrumented_;
   std::unique_ptr<DriverBackend> backend_;
   std::unique_ptr<runtime::Driver> driver_;
@@ -247,7 +251,28 @@ absl::Status Server::Impl::Start(const Config& config,
   }
 
   client_ = std::make_unique<rpc::ParticipantClient>();
+  std::map<std::string, rpc::HttpEndpoint> http_endpoints;
+  std::set<std::string> http_names;
   for (const auto& [name, p] : config.participants) {
+    if (p.protocol == "http") {
+      auto url = ParseParticipantUrl(
+          absl::StrCat("participants.", name, ".url"), p.url);
+      if (!url.ok()) return url.status();
+      rpc::HttpEndpoint& e = http_endpoints[name];
+      e.tls = url->https;
+      e.host = url->host;
+      e.port = url->port;
+      e.path_prefix = url->path;
+      e.max_connections = static_cast<int>(
+          p.connections > 0 ? p.connections
+                            : config.participant_calls.http_connections);
+      e.ca_file = p.tls_ca_file;
+      e.server_name = p.tls_server_name;
+      e.cert_file = p.tls_cert_file;
+      e.key_file = p.tls_key_file;
+      http_names.insert(name);
+      continue;
+    }
     auto security = ParticipantChannelCredentials(p);
     if (!security.ok()) return security.status();
     if (absl::Status s = client_->Add(name, p.address, security->credentials,
@@ -255,6 +280,11 @@ absl::Status Server::Impl::Start(const Config& config,
         !s.ok()) {
       return s;
     }
+  }
+  if (!http_endpoints.empty()) {
+    auto http = rpc::HttpTransport::Create(std::move(http_endpoints), {});
+    if (!http.ok()) return http.status();
+    http_transport_ = std::move(*http);
   }
   std::map<std::string, int> rpcs_in_flight_for;
   for (const auto& [name, p] : config.participants) {
@@ -286,8 +316,10 @@ absl::Status Server::Impl::Start(const Config& config,
     metrics_endpoint_ = std::move(*endpoint);
   }
 
+  router_ = std::make_unique<rpc::ParticipantRouter>(
+      *transport_, http_transport_.get(), std::move(http_names));
   instrumented_ =
-      std::make_unique<InstrumentedTransport>(*transport_, *clock_, *metrics_);
+      std::make_unique<InstrumentedTransport>(*router_, *clock_, *metrics_);
   backend_ = std::make_unique<DriverBackend>(*log_, *clock_, metrics_.get());
   // The recovery scan gets a thread of its own: on a shard's it held that
   // shard (and, with one pool thread per core, a core's share of every
@@ -404,6 +436,10 @@ void Server::Impl::WalStats() {
   const rpc::GrpcTransport::Stats calls = transport_->stats();
   metrics_->SetParticipantRpcTotals(calls.single_calls, calls.batches,
                                     calls.batched_calls, calls.batch_fallbacks);
+  if (http_transport_) {
+    const rpc::HttpTransport::Stats http = http_transport_->stats();
+    metrics_->SetHttpTotals(http.requests, http.connections_opened);
+  }
   backend_->ReconcileInFlight(stats.unfinished);
   const int64_t now = clock_->WallMs();
   const runtime::Driver::InDoubt doubt = driver_->in_doubt();
@@ -472,6 +508,7 @@ absl::Status Server::Impl::Stop() {
   // Participant calls still in flight would call back into the transport,
   // the metrics and the driver: cancel them and wait for their callbacks.
   if (client_) client_->Shutdown(5000);
+  if (http_transport_) http_transport_->Shutdown(5000);
   stopped_failure_ = Failure();
   driver_.reset();
   log_.reset();  // completes every queued append, then closes

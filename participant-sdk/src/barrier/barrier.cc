@@ -9,6 +9,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "tcc/failpoint/failpoint.h"
 
 namespace tcc::barrier {
 namespace {
@@ -61,10 +62,19 @@ struct Locked {
 };
 
 absl::StatusOr<Locked> BeginAndLock(BarrierStore& store, const BranchKey& key) {
+  // A call held here has arrived but not yet locked its key (a late Try
+  // whose Cancel overtakes it).
+  if (absl::Status s = failpoint::Eval(kBeforeLockFailpoint); !s.ok()) {
+    return Transient("failpoint", s);
+  }
   absl::StatusOr<std::unique_ptr<LocalTxn>> txn = store.Begin();
   if (!txn.ok()) return Transient("begin local transaction", txn.status());
   RecordOr rec = (*txn)->LockBarrier(key);
   if (!rec.ok()) return Transient("lock barrier record", rec.status());
+  // A call held here holds its key's lock (its own retry waits behind it).
+  if (absl::Status s = failpoint::Eval(kAfterLockFailpoint); !s.ok()) {
+    return Transient("failpoint", s);
+  }
   return Locked{std::move(*txn), std::move(*rec)};
 }
 

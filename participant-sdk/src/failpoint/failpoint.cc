@@ -151,6 +151,10 @@ absl::Status Eval(std::string_view name) {
       return absl::UnavailableError(
           absl::StrCat("failpoint ", std::string(name)));
     case Action::kSleep:
+      // Said before the stall, so a test can tell the call is held.
+      std::fprintf(stderr, "failpoint %.*s: sleep %llu ms\n",
+                   static_cast<int>(name.size()), name.data(),
+                   static_cast<unsigned long long>(sleep_ms));
       Stall(sleep_ms);
       return absl::OkStatus();
   }

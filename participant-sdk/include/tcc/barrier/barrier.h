@@ -37,6 +37,14 @@
 
 namespace tcc::barrier {
 
+// Failpoints (tcc/failpoint) around the lock every Try, Confirm and Cancel
+// takes on its key's record: before it (the call arrived, nothing locked)
+// and after it (the key is locked, the table not yet applied). `error`
+// there answers UNAVAILABLE, nothing changed; `sleep` holds the call, for
+// races over the wire (tests/conformance/).
+inline constexpr char kBeforeLockFailpoint[] = "barrier.before_lock";
+inline constexpr char kAfterLockFailpoint[] = "barrier.after_lock";
+
 // One Try, Confirm or Cancel, as the barrier sees it (the wire's
 // BranchRequest without transport details).
 struct BranchCall {

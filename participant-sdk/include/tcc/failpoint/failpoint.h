@@ -12,6 +12,7 @@
 //               nothing is flushed, no destructor runs)
 //   error       Eval() returns UNAVAILABLE("failpoint NAME")
 //   sleep(MS)   the calling thread stalls for MS milliseconds, then goes on
+//               (saying "failpoint NAME: sleep MS ms" on stderr first)
 //   off         nothing (the same as leaving it out)
 // and the optional trigger says on which evaluations it fires: `@N` only on
 // the Nth (1-based), `@N+` on the Nth and every later one; without a trigger,

@@ -1,0 +1,462 @@
+// tccd's HTTP participant transport over real sockets on 127.0.0.1 against a
+// small Beast server that answers as each test says, misbehaviour included:
+// the request is the JSON the contract states; 200 answers are read
+// (unknown fields ignored), anything that does not parse is an unknown
+// outcome and never an answer; the status codes read as DESIGN.md section 15
+// says; an endless, oversized or missing answer ends by the deadline or the
+// body limit without a crash; the pool never opens more connections than it
+// may, also over 1,000 calls; a connection the participant closed while idle
+// is replaced without losing the call; Shutdown ends calls in flight.
+#include "rpc/http_transport.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <condition_variable>
+#include <iterator>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/participant_status.h"
+#include "rpc/http_test_server.h"
+#include "tcc/identity/content_hash.h"
+#include "tcc/v1/participant.pb.h"
+
+namespace tcc::testing {
+namespace {
+
+using rpc::HttpEndpoint;
+using rpc::HttpTransport;
+
+// Waits for `n` answers of type T from the transport's thread.
+template <typename T>
+class Answers {
+ public:
+  explicit Answers(size_t n) : got_(n, absl::UnknownError("no answer")) {}
+  std::function<void(absl::StatusOr<T>)> Slot(size_t i) {
+    return [this, i](absl::StatusOr<T> a) {
+      std::lock_guard<std::mutex> lock(mu_);
+      got_[i] = std::move(a);
+      ++count_;
+      cv_.notify_all();
+    };
+  }
+  bool Wait(size_t n, int64_t timeout_ms = 20000) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                        [&] { return count_ >= n; });
+  }
+  absl::StatusOr<T> Get(size_t i) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return got_[i];
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return count_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<absl::StatusOr<T>> got_;
+  size_t count_ = 0;
+};
+
+struct Branch {
+  wal::BranchSpec spec;
+  runtime::BranchCall call;
+  explicit Branch(std::string gid = "g-1",
+                  wal::Phase phase = wal::Phase::kTry) {
+    spec.branch_id = "b1";
+    spec.participant = "p";
+    spec.action = "debit";
+    spec.payload = std::string("7:150\0x", 7);
+    spec.branch_hash = identity::BranchHash(3, "p", "debit", spec.payload);
+    call.gid = std::move(gid);
+    call.created_at_ms = 1764633600000;
+    call.spec = &spec;
+    call.phase = phase;
+    call.revision = 3;
+    call.attempt = 2;
+    call.owner_epoch = 9;
+    call.try_deadline_ms = 1764633610000;
+  }
+};
+
+std::unique_ptr<HttpTransport> Transport(int port, int connections = 4,
+                                         std::string prefix = "") {
+  HttpEndpoint e;
+  e.host = "127.0.0.1";
+  e.port = static_cast<uint16_t>(port);
+  e.path_prefix = std::move(prefix);
+  e.max_connections = connections;
+  auto t = HttpTransport::Create({{"p", e}}, {.max_response_bytes = 64 << 10});
+  REQUIRE(t.ok());
+  return std::move(*t);
+}
+
+HttpReply Json(const google::protobuf::Message& m) {
+  HttpReply r;
+  REQUIRE(google::protobuf::util::MessageToJsonString(m, &r.body).ok());
+  return r;
+}
+
+HttpReply Executed() {
+  v1::BranchResponse resp;
+  resp.set_outcome(v1::OUTCOME_EXECUTED);
+  return Json(resp);
+}
+
+HttpReply Body(int status, std::string body) {
+  HttpReply r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+absl::StatusOr<runtime::BranchAnswer> CallOnce(HttpTransport& t,
+                                               int64_t timeout_ms = 2000) {
+  Branch b;
+  Answers<runtime::BranchAnswer> answers(1);
+  t.Call(b.call, timeout_ms, answers.Slot(0));
+  REQUIRE(answers.Wait(1));
+  return answers.Get(0);
+}
+
+TEST_CASE("a Try goes out as the contract's JSON and its answer comes back") {
+  std::mutex mu;
+  http::request<http::string_body> seen;
+  HttpTestServer server([&](const http::request<http::string_body>& req) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen = req;
+    // Unknown fields are ignored; proto names and camelCase both read.
+    return Body(200, R"({"outcome":"OUTCOME_REJECTED","replayed":true,)"
+                     R"("message":"insufficient funds","extra":{"x":[1,2]}})");
+  });
+  auto t = Transport(server.port(), 4, "/tcc/v1");
+  auto answer = CallOnce(*t);
+  REQUIRE(answer.ok());
+  CHECK(answer->outcome == wal::Outcome::kRejected);
+  CHECK(answer->replayed);
+  CHECK(answer->message == "insufficient funds");
+
+  std::lock_guard<std::mutex> lock(mu);
+  CHECK(seen.method() == http::verb::post);
+  CHECK(seen.target() == "/tcc/v1/try");
+  CHECK(seen[http::field::content_type] == "application/json");
+  CHECK(seen["Tcc-Timeout-Ms"] == "2000");
+  CHECK(seen.keep_alive());
+  // Every field, by its proto name; 64-bit numbers as strings, bytes base64.
+  v1::BranchRequest req;
+  REQUIRE(google::protobuf::util::JsonStringToMessage(seen.body(), &req).ok());
+  CHECK(req.key().gid() == "g-1");
+  CHECK(req.key().created_at_ms() == 1764633600000);
+  CHECK(req.key().branch_id() == "b1");
+  CHECK(req.action() == "debit");
+  CHECK(req.payload() == std::string("7:150\0x", 7));
+  CHECK(req.branch_hash() == identity::ToBytes(identity::BranchHash(
+                                 3, "p", "debit", req.payload())));
+  CHECK(req.attempt() == 2);
+  CHECK(req.owner_epoch() == 9);
+  CHECK(req.try_deadline_ms() == 1764633610000);
+  const std::string& body = seen.body();
+  CHECK(body.find("\"created_at_ms\":\"1764633600000\"") != std::string::npos);
+  CHECK(body.find("\"try_deadline_ms\"") != std::string::npos);
+  CHECK(body.find("\"revision\":\"3\"") != std::string::npos);
+}
+
+TEST_CASE("Confirm, Cancel and Query go to their paths; Query answers read") {
+  std::mutex mu;
+  std::vector<std::string> targets;
+  HttpTestServer server([&](const http::request<http::string_body>& req) {
+    std::lock_guard<std::mutex> lock(mu);
+    targets.emplace_back(req.target());
+    if (req.target() == "/query") {
+      return Body(
+          200,
+          R"({"state":"BARRIER_STATE_TRIED","authoritative":true,)"
+          R"("branchHash":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="})");
+    }
+    return Executed();
+  });
+  auto t = Transport(server.port());
+  Branch confirm("g-1", wal::Phase::kConfirm),
+      cancel("g-2", wal::Phase::kCancel);
+  Answers<runtime::BranchAnswer> branch_answers(2);
+  t->Call(confirm.call, 2000, branch_answers.Slot(0));
+  t->Call(cancel.call, 2000, branch_answers.Slot(1));
+  Answers<runtime::QueryAnswer> queries(1);
+  t->Query({"g-1", 1764633600000, "b1", "p"}, 2000, queries.Slot(0));
+  REQUIRE(branch_answers.Wait(2));
+  REQUIRE(queries.Wait(1));
+  CHECK(branch_answers.Get(0).ok());
+  CHECK(branch_answers.Get(1).ok());
+  auto q = queries.Get(0);
+  REQUIRE(q.ok());
+  CHECK(q->state == core::BarrierState::kTried);
+  CHECK(q->authoritative);
+  CHECK(q->branch_hash[31] == 31);
+  std::lock_guard<std::mutex> lock(mu);
+  std::sort(targets.begin(), targets.end());
+  CHECK(targets == std::vector<std::string>{"/cancel", "/confirm", "/query"});
+}
+
+TEST_CASE("HTTP status codes read as DESIGN.md section 15 says") {
+  struct Row {
+    int status;
+    absl::StatusCode code;
+    bool definite;
+  };
+  const Row rows[] = {
+      {400, absl::StatusCode::kInvalidArgument, true},
+      {422, absl::StatusCode::kInvalidArgument, true},
+      {409, absl::StatusCode::kFailedPrecondition, true},
+      {412, absl::StatusCode::kFailedPrecondition, true},
+      {429, absl::StatusCode::kResourceExhausted, false},
+      {500, absl::StatusCode::kUnknown, false},
+      {502, absl::StatusCode::kUnknown, false},
+      {503, absl::StatusCode::kUnavailable, false},
+      {504, absl::StatusCode::kDeadlineExceeded, false},
+      {404, absl::StatusCode::kUnknown, false},
+      {301, absl::StatusCode::kUnknown, false},
+      {201, absl::StatusCode::kUnknown, false},
+      {204, absl::StatusCode::kUnknown, false},
+  };
+  for (const Row& r : rows) {
+    INFO("HTTP " << r.status);
+    absl::Status s = rpc::StatusOfHttpAnswer(
+        r.status,
+        R"({"code":"FAILED_PRECONDITION","message":"confirm after cancel"})");
+    CHECK(s.code() == r.code);
+    CHECK(core::IsDefiniteRefusal(s.code()) == r.definite);
+    CHECK(s.message().find("confirm after cancel") != absl::string_view::npos);
+  }
+  CHECK(rpc::StatusOfHttpAnswer(200, "anything").ok());
+  // A body that is not an ErrorResponse is quoted, escaped and cut.
+  absl::Status s = rpc::StatusOfHttpAnswer(503, std::string(1000, '\n'));
+  CHECK(s.code() == absl::StatusCode::kUnavailable);
+  CHECK(s.message().size() < 600);
+
+  // And over the wire: each status, end to end.
+  std::atomic<int> next{0};
+  std::mutex mu;
+  HttpTestServer server([&](const http::request<http::string_body>&) {
+    return Body(rows[next].status, R"({"code":"X","message":"m"})");
+  });
+  auto t = Transport(server.port());
+  for (next = 0; next < static_cast<int>(std::size(rows)); ++next) {
+    INFO("HTTP " << rows[next].status);
+    auto answer = CallOnce(*t);
+    REQUIRE(!answer.ok());
+    CHECK(answer.status().code() == rows[next].code);
+  }
+}
+
+TEST_CASE("a 200 that is not a BranchResponse is unknown, never an answer") {
+  const std::string bodies[] = {
+      "",          // empty
+      "garbage{",  // not JSON
+      "[1,2,3]",   // not an object
+      "{}",        // no outcome
+      R"({"outcome":"OUTCOME_UNSPECIFIED"})",
+      R"({"outcome":"OUTCOME_MAYBE"})",  // an outcome nobody knows
+      R"({"outcome":17})",
+      // Wrong types (protobuf's reader takes "yes" or "1" for a bool, as
+      // its JSON mapping allows; an object or a list it refuses).
+      R"({"outcome":"OUTCOME_EXECUTED","replayed":{"x":1}})",
+      R"({"outcome":["OUTCOME_EXECUTED"]})",
+      std::string("\xff\xfe{\"outcome\":1}", 15),
+  };
+  std::atomic<int> next{0};
+  HttpTestServer server([&](const http::request<http::string_body>&) {
+    return Body(200, bodies[next]);
+  });
+  auto t = Transport(server.port());
+  for (next = 0; next < static_cast<int>(std::size(bodies)); ++next) {
+    INFO("body " << bodies[next]);
+    auto answer = CallOnce(*t);
+    REQUIRE(!answer.ok());
+    CHECK(!core::IsDefiniteRefusal(answer.status().code()));
+  }
+}
+
+TEST_CASE("an endless, oversized or garbage answer ends without a crash") {
+  enum Mode { kEndless, kOversized, kRawGarbage, kTooLongHeader, kGood };
+  Mode mode = kGood;
+  std::mutex mu;
+  HttpTestServer server([&](const http::request<http::string_body>&) {
+    std::lock_guard<std::mutex> lock(mu);
+    HttpReply r;
+    switch (mode) {
+      case kEndless:
+        r.kind = HttpReply::Kind::kEndless;
+        break;
+      case kOversized:
+        r = Body(200, std::string(65 << 10, ' ') + R"({"outcome":1})");
+        break;
+      case kRawGarbage:
+        r.kind = HttpReply::Kind::kRaw;
+        r.body = "HTTP/1.1 200 OK\r\nContent-Length: nope\r\n\r\n{}";
+        break;
+      case kTooLongHeader:
+        r.kind = HttpReply::Kind::kRaw;
+        r.body = "HTTP/1.1 200 OK\r\nX: " + std::string(100000, 'a') +
+                 "\r\nContent-Length: 2\r\n\r\n{}";
+        break;
+      case kGood:
+        r = Executed();
+        break;
+    }
+    return r;
+  });
+  auto t = Transport(server.port());
+  for (Mode m : {kEndless, kOversized, kRawGarbage, kTooLongHeader}) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      mode = m;
+    }
+    INFO("mode " << m);
+    auto answer = CallOnce(*t, 5000);
+    REQUIRE(!answer.ok());
+    CHECK(!core::IsDefiniteRefusal(answer.status().code()));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    mode = kGood;
+  }
+  auto answer = CallOnce(*t);
+  REQUIRE(answer.ok());
+  CHECK(answer->outcome == wal::Outcome::kExecuted);
+}
+
+TEST_CASE(
+    "no answer: DEADLINE_EXCEEDED by the call's deadline, then a new "
+    "connection works") {
+  std::atomic<bool> hang{true};
+  HttpTestServer server([&](const http::request<http::string_body>&) {
+    if (hang) {
+      HttpReply r;
+      r.kind = HttpReply::Kind::kHang;
+      return r;
+    }
+    return Executed();
+  });
+  auto t = Transport(server.port(), 1);
+  auto answer = CallOnce(*t, 300);
+  REQUIRE(!answer.ok());
+  CHECK(answer.status().code() == absl::StatusCode::kDeadlineExceeded);
+  hang = false;
+  answer = CallOnce(*t);
+  REQUIRE(answer.ok());
+  CHECK(server.accepted() == 2);
+}
+
+TEST_CASE("nobody listening: UNAVAILABLE") {
+  int port;
+  {
+    HttpTestServer gone(
+        [](const http::request<http::string_body>&) { return Executed(); });
+    port = gone.port();
+  }
+  auto t = Transport(port);
+  auto answer = CallOnce(*t);
+  REQUIRE(!answer.ok());
+  CHECK(answer.status().code() == absl::StatusCode::kUnavailable);
+}
+
+TEST_CASE(
+    "over 1,000 calls the participant sees no more connections than "
+    "the pool's size") {
+  std::atomic<int> in_handler{0};
+  std::atomic<int> most_in_handler{0};
+  HttpTestServer server([&](const http::request<http::string_body>&) {
+    const int now = ++in_handler;
+    int seen = most_in_handler;
+    while (now > seen && !most_in_handler.compare_exchange_weak(seen, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    --in_handler;
+    return Executed();
+  });
+  constexpr int kPool = 4;
+  constexpr size_t kCalls = 1000;
+  auto t = Transport(server.port(), kPool);
+  std::vector<std::unique_ptr<Branch>> branches;
+  Answers<runtime::BranchAnswer> answers(kCalls);
+  for (size_t i = 0; i < kCalls; ++i) {
+    branches.push_back(std::make_unique<Branch>("g-" + std::to_string(i)));
+    t->Call(branches.back()->call, 10000, answers.Slot(i));
+  }
+  REQUIRE(answers.Wait(kCalls, 60000));
+  for (size_t i = 0; i < kCalls; ++i) {
+    INFO("call " << i);
+    REQUIRE(answers.Get(i).ok());
+  }
+  CHECK(server.accepted() <= kPool);
+  CHECK(server.max_open() <= kPool);
+  CHECK(most_in_handler.load() <= kPool);
+  CHECK(most_in_handler.load() >= 2);  // the pool was used, not one line
+  CHECK(server.requests() == static_cast<int>(kCalls));
+  CHECK(t->stats().connections_opened <= kPool);
+  CHECK(t->stats().requests == static_cast<int64_t>(kCalls));
+}
+
+TEST_CASE(
+    "a connection the participant closed while idle is replaced; the "
+    "call is not lost") {
+  HttpTestServer server(
+      [](const http::request<http::string_body>&) { return Executed(); });
+  auto t = Transport(server.port(), 1);
+  REQUIRE(CallOnce(*t).ok());
+  server.CloseAll();  // the idle keep-alive connection goes
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto answer = CallOnce(*t);
+  REQUIRE(answer.ok());
+  CHECK(server.accepted() == 2);
+  CHECK(t->stats().resent_on_new_connection == 1);
+  // "Connection: close" answers are honoured: a new connection each.
+}
+
+TEST_CASE("Connection: close answers get a new connection for each call") {
+  HttpTestServer server([](const http::request<http::string_body>&) {
+    HttpReply r = Executed();
+    r.keep_alive = false;
+    return r;
+  });
+  auto t = Transport(server.port(), 2);
+  for (int i = 0; i < 3; ++i) REQUIRE(CallOnce(*t).ok());
+  CHECK(server.accepted() == 3);
+  CHECK(t->stats().resent_on_new_connection == 0);
+}
+
+TEST_CASE("Shutdown ends calls in flight (CANCELLED) and drops waiting ones") {
+  HttpTestServer server([](const http::request<http::string_body>&) {
+    HttpReply r;
+    r.kind = HttpReply::Kind::kHang;
+    return r;
+  });
+  auto t = Transport(server.port(), 1);
+  Branch a("g-a"), b("g-b");
+  Answers<runtime::BranchAnswer> answers(2);
+  t->Call(a.call, 60000, answers.Slot(0));
+  t->Call(b.call, 60000, answers.Slot(1));  // waits for the one connection
+  for (int i = 0; i < 4000 && server.requests() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(server.requests() == 1);  // the first is in flight
+  t->Shutdown(5000);
+  REQUIRE(answers.count() == 1);
+  CHECK(answers.Get(0).status().code() == absl::StatusCode::kCancelled);
+  // After Shutdown nothing is sent and nothing calls back.
+  Branch c("g-c");
+  Answers<runtime::BranchAnswer> late(1);
+  t->Call(c.call, 1000, late.Slot(0));
+  CHECK(!late.Wait(1, 300));
+}
+
+}  // namespace
+}  // namespace tcc::testing
