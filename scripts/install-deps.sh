@@ -35,7 +35,7 @@ PACKAGES=(
   # operating tccd (deploy/): sd_notify for the systemd unit; the package
   # (CPack DEB: dpkg-shlibdeps, file) and its checks (lintian,
   # systemd-analyze); the alert rules and dashboard (promtool, prometheus)
-  libsystemd-dev dpkg-dev file lintian systemd prometheus
+  libsystemd-dev dpkg-dev file gzip lintian systemd prometheus
   # the web console's browser test (headless, over the DevTools protocol)
   chromium
   # the Python participant SDK, its bank example, the conformance suite
@@ -145,12 +145,12 @@ check() {
     local pkgs=${line%%: *}
     owners[$path]="${owners[$path]:-} $(echo "$pkgs" | tr ',' ' ' | sed -E 's/:[a-z0-9]+//g')"
   done < <(echo "$paths" | xargs -r dpkg -S 2>/dev/null || true)
-  # Merged /usr: dpkg may know a library by its /lib path only.
+  # Merged /usr: dpkg may know a file by its /lib, /bin or /sbin path only.
   while IFS= read -r line; do
     local path=/usr${line#*: }
     local pkgs=${line%%: *}
     owners[$path]="${owners[$path]:-} $(echo "$pkgs" | tr ',' ' ' | sed -E 's/:[a-z0-9]+//g')"
-  done < <(echo "$paths" | grep '^/usr/lib/' | sed 's|^/usr||' | xargs -r dpkg -S 2>/dev/null || true)
+  done < <(echo "$paths" | grep -E '^/usr/(lib|bin|sbin)/' | sed 's|^/usr||' | xargs -r dpkg -S 2>/dev/null || true)
 
   local bad=0 checked=0 path
   while read -r path; do

@@ -14,8 +14,10 @@
 #include <sys/stat.h>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -37,6 +39,7 @@
 #include "http_get.h"
 #include "process.h"
 #include "tcc/v1/admin.grpc.pb.h"
+#include "test_certs.h"
 #include "test_dirs.h"
 
 namespace {
@@ -459,5 +462,95 @@ TEST_CASE("the console shows what tccd holds, to admins only") {
   CHECK(browser.Eval("fetch('/api/status').then(r => r.status)").empty());
   browser.Navigate(origin + "/");
   CHECK(browser.WaitFor("location.pathname === '/login'"));
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// One HTTPS GET to 127.0.0.1:port trusting `ca`, with a client certificate
+// when `client` names one; the status, or -1 when TLS itself failed.
+int HttpsGet(int port, const std::string& ca,
+             const tcc::harness::CertFiles* client, const std::string& target,
+             const std::string& cookie = "") {
+  namespace ssl = asio::ssl;
+  asio::io_context io;
+  ssl::context ctx(ssl::context::tls_client);
+  ctx.load_verify_file(ca);
+  if (client != nullptr) {
+    ctx.use_certificate_chain_file(client->cert_file);
+    ctx.use_private_key_file(client->key_file, ssl::context::pem);
+  }
+  ssl::stream<beast::tcp_stream> stream(io, ctx);
+  stream.set_verify_mode(ssl::verify_peer);
+  beast::error_code ec;
+  beast::get_lowest_layer(stream).connect(asio::ip::tcp::endpoint(
+      asio::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port)));
+  stream.handshake(ssl::stream_base::client, ec);
+  if (ec) return -1;
+  http::request<http::string_body> req{http::verb::get, target, 11};
+  req.set(http::field::host, absl::StrCat("127.0.0.1:", port));
+  if (!cookie.empty()) req.set(http::field::cookie, cookie);
+  req.keep_alive(false);
+  http::write(stream, req, ec);
+  if (ec) return -1;
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(stream, buffer, res, ec);
+  if (ec) return -1;
+  return static_cast<int>(res.result_int());
+}
+
+}  // namespace
+
+TEST_CASE("the console over mutual TLS: a listed certificate signs in") {
+  const std::string dir = tcc::harness::MakeTempDir("tccd-console-tls");
+  auto pki = tcc::harness::MakeTestPki(dir + "/pki");
+  REQUIRE(pki.ok());
+  auto ops = pki->IssueClientCert("ops");
+  auto mallory = pki->IssueClientCert("mallory");
+  auto stranger = pki->IssueClientCert("ops", /*from_other_ca=*/true);
+  REQUIRE(ops.ok());
+  REQUIRE(mallory.ok());
+  REQUIRE(stranger.ok());
+  const std::string tokens = dir + "/admin-tokens";
+  std::ofstream(tokens) << "alice " << kToken << "\n";
+  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
+  std::ofstream(dir + "/tccd.yaml")
+      << "console_listen: 127.0.0.1:0\nconsole:\n  tls:\n    mode: mtls\n"
+         "    cert_file: "
+      << pki->server().cert_file << "\n    key_file: " << pki->server().key_file
+      << "\n    client_ca_file: " << pki->ca_file()
+      << "\nadmin:\n  client_identities: [ops]\n";
+  ClusterOptions o;
+  o.root_dir = dir + "/cluster";
+  o.tccd_bin = TCC_TCCD_BIN;
+  o.bank_bin = TCC_BANK_BIN;
+  o.accounts = 4;
+  o.tccd_args = {"--config", dir + "/tccd.yaml", "--admin-token-file",
+                 tokens,     "--console-listen", "127.0.0.1:0"};
+  BankCluster c(o);
+  REQUIRE(c.Start().ok());
+  auto port_text =
+      c.tccd()->WaitForLine(R"(^console: https://127\.0\.0\.1:(\d+)/)", 10000);
+  REQUIRE(port_text.ok());
+  int port = 0;
+  REQUIRE(absl::SimpleAtoi(*port_text, &port));
+
+  // A listed certificate needs no login.
+  CHECK(HttpsGet(port, pki->ca_file(), &*ops, "/api/status") == 200);
+  CHECK(HttpsGet(port, pki->ca_file(), &*ops, "/") == 200);
+  CHECK(c.tccd()
+            ->WaitForLine(R"(admin: Status by cert:ops from console:127)", 5000)
+            .ok());
+  // One from the CA but not listed: known, not an admin.
+  CHECK(HttpsGet(port, pki->ca_file(), &*mallory, "/api/status") == 403);
+  // One from another CA: refused in the handshake.
+  CHECK(HttpsGet(port, pki->ca_file(), &*stranger, "/api/status") == -1);
+  // No certificate: a token still signs in; nothing at all is 401.
+  CHECK(HttpsGet(port, pki->ca_file(), nullptr, "/api/status") == 401);
+  CHECK(HttpsGet(port, pki->ca_file(), nullptr, "/api/status",
+                 absl::StrCat("tccd_console=", kToken)) == 200);
+  // Plain HTTP on the TLS port gets nothing.
+  CHECK_THROWS(Http(port, http::verb::get, "/api/status"));
   std::filesystem::remove_all(dir);
 }
