@@ -80,6 +80,19 @@ int64_t MetricValue(const std::string& page, const std::string& series) {
   return -1;
 }
 
+// The sum of every series of the family `name` on a metrics page.
+int64_t FamilySum(const std::string& page, const std::string& name) {
+  std::istringstream in(page);
+  std::string line;
+  int64_t sum = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0) {
+      sum += static_cast<int64_t>(std::stod(line.substr(line.rfind(' ') + 1)));
+    }
+  }
+  return sum;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -251,14 +264,6 @@ TEST_CASE(
           *page,
           R"(tcc_participant_calls_total{operation="confirm",outcome="executed",replayed="false"})");
   CHECK(calls >= 1024);
-  // The connections it accepted during the load: tccd's, at most 3, and
-  // this GET's.
-  const int64_t connections =
-      MetricValue(*page, "tcc_participant_http_connections_total") -
-      connections_before;
-  INFO(*page);
-  CHECK(connections >= 1);
-  CHECK(connections <= 3 + 1);
   // tccd's totals are sampled (every 250 ms): read until they show the
   // requests, a bounded number of times.
   const std::string requests_series =
@@ -274,9 +279,22 @@ TEST_CASE(
   }
   INFO(tccd_page);
   CHECK(MetricValue(tccd_page, requests_series) >= 1024);
-  CHECK(MetricValue(
-            tccd_page,
-            R"(tccd_participant_rpcs{kind="http_connections_opened"})") <= 3);
+  // A call that runs out of time closes its connection (its answer may
+  // still come on it): on a loaded machine a few do, each an unknown
+  // outcome. Beyond those, nothing opens a connection past the pool's 3.
+  const int64_t timed_out = FamilySum(tccd_page, "tccd_unknown_outcomes_total");
+  const int64_t opened = MetricValue(
+      tccd_page, R"(tccd_participant_rpcs{kind="http_connections_opened"})");
+  CHECK(opened >= 1);
+  CHECK(opened <= 3 + timed_out);
+  // The connections it accepted during the load: tccd's, at most 3, and
+  // this GET's.
+  const int64_t connections =
+      MetricValue(*page, "tcc_participant_http_connections_total") -
+      connections_before;
+  INFO(*page);
+  CHECK(connections >= 1);
+  CHECK(connections <= 3 + timed_out + 1);
 }
 
 TEST_CASE("HTTPS with mutual TLS to a Python bank; a wrong CA is refused") {
