@@ -102,10 +102,12 @@ start "$demo_dir/tccd.log" "$bin_tccd" --config config/tccd.yaml \
   --data-dir "$demo_dir/tccd" --listen 127.0.0.1:0 \
   --admin-token-file "$tokens" \
   --metrics-listen 127.0.0.1:0 \
+  --console-listen 127.0.0.1:0 \
   --participant "bank-a=127.0.0.1:$port_a" \
   --participant "$participant_b"
 port_t=$port
 metrics=$(grep -oP '^metrics: \K.*' "$demo_dir/tccd.log" || true)
+console=$(grep -oP '^console: \K.*' "$demo_dir/tccd.log" || true)
 
 echo "tccd on 127.0.0.1:$port_t (WAL in $demo_dir/tccd, fsync on)"
 if [ $mixed = 1 ]; then
@@ -119,6 +121,7 @@ rc=0
 "$bin_demo" --tccd "127.0.0.1:$port_t" --bank-a "127.0.0.1:$port_a" \
   --bank-b "127.0.0.1:$bank_b_service" || rc=$?
 echo "metrics: $metrics"
+echo "console: $console (sign in with the token after 'demo' in $tokens)"
 ctl=("$bin_ctl" --addr "127.0.0.1:$port_t" --token-file "$tokens")
 echo
 echo "\$ tccctl status"
