@@ -9,6 +9,10 @@
 #                                             found a dependency whose Debian
 #                                             package is not in the list (nor
 #                                             pulled in by one that is)
+#   scripts/install-deps.sh --unpack DIR      download the UNPACKED packages
+#                                             and unpack them under DIR/root
+#                                             (the build does this at
+#                                             configure time)
 set -euo pipefail
 
 PACKAGES=(
@@ -32,6 +36,21 @@ PACKAGES=(
   strace faketime libfaketime
   # benchmarks: thread hand-offs (perf stat: context switches, futex calls)
   linux-perf
+  # cluster mode: etcd for tests and demos (scripts/etcd.sh starts it; its
+  # system service is kept from starting, see install()), and etcdctl
+  etcd-server etcd-client
+)
+
+# Packages whose files the build needs but which are never installed: etcd's
+# own .proto files, from which the build generates its etcd client
+# (etcd-client/CMakeLists.txt). Installing them would pull about 140 Go
+# packages, so `--unpack DIR` fetches them with `apt-get download` and
+# unpacks them with `dpkg -x` into DIR/root, leaving DIR/<package>.stamp
+# (package and version) for `--check`.
+UNPACKED=(
+  golang-etcd-server-dev          # rpc.proto, kv.proto, auth.proto
+  golang-github-gogo-protobuf-dev # gogoproto/gogo.proto
+  golang-github-gogo-googleapis-dev # google/api/annotations.proto
 )
 
 missing() {
@@ -54,8 +73,18 @@ install() {
   local sudo=""
   if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
   $sudo apt-get update -qq
+  # etcd-server's package starts a system etcd on 127.0.0.1:2379 unless a
+  # policy-rc.d says no: tests and scripts start their own (scripts/etcd.sh).
+  local policy=/usr/sbin/policy-rc.d made_policy=0
+  if [ ! -e $policy ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee $policy >/dev/null
+    $sudo chmod 755 $policy
+    made_policy=1
+  fi
   # shellcheck disable=SC2086
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $need >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $need >/dev/null ||
+    { [ $made_policy = 1 ] && $sudo rm -f $policy; exit 1; }
+  if [ $made_policy = 1 ]; then $sudo rm -f $policy; fi
   need=$(missing)
   if [ -n "$need" ]; then
     echo "install-deps: still missing after apt-get: $need" >&2
@@ -95,6 +124,40 @@ closure() {
   printf '%s\n' "${!seen[@]}"
 }
 
+# Downloads and unpacks the UNPACKED packages into $1/root (once: a package
+# whose stamp is there is not fetched again).
+unpack() {
+  local dir=$1
+  mkdir -p "$dir/root"
+  local p need=()
+  for p in "${UNPACKED[@]}"; do
+    [ -f "$dir/$p.stamp" ] || need+=("$p")
+  done
+  [ ${#need[@]} = 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  local tmp
+  tmp=$(mktemp -d)
+  chmod 777 "$tmp"  # apt-get download writes as the _apt user
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp'" RETURN
+  if ! (cd "$tmp" && apt-get download -qq "${need[@]}" >/dev/null 2>&1); then
+    $sudo apt-get update -qq
+    (cd "$tmp" && apt-get download -qq "${need[@]}" >/dev/null) ||
+      { echo "install-deps --unpack: apt-get download ${need[*]} failed" >&2; exit 1; }
+  fi
+  local deb
+  for deb in "$tmp"/*.deb; do
+    dpkg -x "$deb" "$dir/root"
+    printf '%s %s\n' "$(dpkg-deb -f "$deb" Package)" "$(dpkg-deb -f "$deb" Version)" \
+      >"$dir/$(dpkg-deb -f "$deb" Package).stamp"
+  done
+  for p in "${UNPACKED[@]}"; do
+    [ -f "$dir/$p.stamp" ] ||
+      { echo "install-deps --unpack: $p was not unpacked" >&2; exit 1; }
+  done
+}
+
 check() {
   local build_dir=$1
   local cache=$build_dir/CMakeCache.txt
@@ -131,8 +194,31 @@ check() {
   done < <(echo "$paths" | grep '^/usr/lib/' | sed 's|^/usr||' | xargs -r dpkg -S 2>/dev/null || true)
 
   local bad=0 checked=0 path
+  # The unpacked packages (--unpack) own what is under the build's unpack
+  # dirs: each of them must have its stamp there.
+  local unpack_dirs=()
+  local d
+  for d in $(grep -E '^TCC_UNPACKED_DEBS_DIR:PATH=' "$cache" | sed -E 's/^[^=]*=//'); do
+    d=$(readlink -f "$d")
+    local p
+    for p in "${UNPACKED[@]}"; do
+      if [ ! -f "$d/$p.stamp" ]; then
+        echo "install-deps --check: $d holds no $p.stamp (not unpacked by --unpack?)" >&2
+        bad=1
+      fi
+    done
+    unpack_dirs+=("$d")
+  done
   while read -r path; do
     [ -z "$path" ] && continue
+    local under=0
+    for d in "${unpack_dirs[@]}"; do
+      case $path in "$d"|"$d"/*) under=1 ;; esac
+    done
+    if [ $under = 1 ]; then
+      checked=$((checked + 1))
+      continue
+    fi
     if [ -z "${owners[$path]:-}" ]; then
       echo "install-deps --check: $path belongs to no Debian package (installed by hand?)" >&2
       bad=1
@@ -163,7 +249,8 @@ while [ $# -gt 0 ]; do
     --check) mode=check ;;
     --build-dir) build_dir=$2; shift ;;
     --list) mode=list ;;
-    *) echo "usage: $0 [--check [--build-dir DIR]] [--list]" >&2; exit 2 ;;
+    --unpack) mode=unpack; unpack_dir=$2; shift ;;
+    *) echo "usage: $0 [--check [--build-dir DIR]] [--list] [--unpack DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -172,4 +259,5 @@ case $mode in
   install) install ;;
   check) check "$build_dir" ;;
   list) printf '%s\n' "${PACKAGES[@]}" ;;
+  unpack) unpack "$unpack_dir" ;;
 esac
