@@ -9,8 +9,11 @@
 #                                                the directory
 #   scripts/etcd.sh kill-member N [ENV_FILE]     SIGKILL member N (1-based)
 #   scripts/etcd.sh stop-member N [ENV_FILE]     SIGTERM member N, wait
-#   scripts/etcd.sh start-member N [ENV_FILE]    start member N again (same
-#                                                data, ports and flags)
+#   scripts/etcd.sh start-member N[,M] [ENV_FILE]
+#                                                start member N (and M, all
+#                                                started, then waited for)
+#                                                again (same data, ports and
+#                                                flags)
 #   scripts/etcd.sh pids [ENV_FILE]              the members' pids, one a line
 #
 # start options:
@@ -27,6 +30,10 @@
 #                            tcc (password tcc-password, read-write on every
 #                            key), simple tokens
 #   --auth-token-ttl S       simple tokens expire after S seconds (default 300)
+#   --owner-pid PID          stop the cluster (as `stop` does) once process
+#                            PID is gone, however it ended: a test's own
+#                            cluster never outlives the test, even one
+#                            killed by its timeout
 #
 # `start` prints, and writes to ENV_FILE when given, shell lines:
 #
@@ -167,14 +174,16 @@ start_member() {
   echo $! >"$dir/m$n.pid"
 }
 
-# Waits until member N serves (its client port answers a status), or its
-# process is gone (then false).
+# Waits until member N serves (its client port answers a status), up to 90
+# seconds in all, or until its process is gone (then false).
 wait_member() {
   local dir=$1 n=$2 ep
   ep=$(sed -n "${n}p" "$dir/member-endpoints")
-  for _ in $(seq 1 150); do
+  local deadline=$((SECONDS + 90))
+  while [ $SECONDS -lt $deadline ]; do
     pid_alive "$(cat "$dir/m$n.pid")" || return 1
-    if ctl "$dir" --endpoints "$ep" endpoint status >/dev/null 2>&1; then
+    if ctl "$dir" --endpoints "$ep" --dial-timeout 1s --command-timeout 2s \
+      endpoint status >/dev/null 2>&1; then
       return 0
     fi
     sleep 0.2
@@ -210,7 +219,7 @@ wait_all_gone() {
 
 start() {
   local members=1 quota=$((2 * 1024 * 1024 * 1024)) tls=0 auth=0 ttl=300
-  local env_file=""
+  local env_file="" owner=""
   while [ $# -gt 0 ]; do
     case $1 in
       --members) members=$2; shift ;;
@@ -218,6 +227,7 @@ start() {
       --tls) tls=1 ;;
       --auth) auth=1 ;;
       --auth-token-ttl) ttl=$2; shift ;;
+      --owner-pid) owner=$2; shift ;;
       -*) die "unknown option $1" ;;
       *) env_file=$1 ;;
     esac
@@ -312,6 +322,10 @@ start() {
     } >/dev/null || { stop_dir "$dir"; die "enabling auth failed"; }
     touch "$dir/auth"
   fi
+  if [ -n "$owner" ]; then
+    # shellcheck disable=SC2016
+    setsid bash "$0" watch-owner "$owner" "$dir" >/dev/null 2>&1 </dev/null &
+  fi
   local lines
   lines=$(printf 'export TCC_ETCD_ENDPOINTS=%s\nexport TCC_ETCD_DIR=%s\nexport TCC_ETCD_TLS=%s\nexport TCC_ETCD_AUTH=%s\n' \
     "$(cat "$dir/endpoints")" "$dir" "$tls" "$auth")
@@ -343,23 +357,41 @@ member() {
   [ -n "$n" ] || die "$what needs a member number"
   dir=$(env_dir "$env_file")
   check_dir "$dir"
+  if [ "$what" = start-member ]; then
+    # N may be a list (2,1): all start before any is waited for, so that
+    # members which need each other for a quorum come up together.
+    local m
+    for m in ${n//,/ }; do
+      [ -f "$dir/m$m.cmd" ] || die "no member $m"
+      start_member "$dir" "$m"
+    done
+    for m in ${n//,/ }; do
+      wait_member "$dir" "$m" || die "member $m did not start"
+    done
+    return 0
+  fi
   [ -f "$dir/m$n.cmd" ] || die "no member $n"
   pid=$(cat "$dir/m$n.pid" 2>/dev/null || true)
   case $what in
     kill-member)
       if pid_alive "$pid"; then kill -KILL "$pid"; fi
-      while pid_alive "$pid"; do sleep 0.05; done
+      for _ in $(seq 1 200); do pid_alive "$pid" || break; sleep 0.05; done
       ;;
     stop-member)
       if pid_alive "$pid"; then kill -TERM "$pid"; fi
       for _ in $(seq 1 100); do pid_alive "$pid" || break; sleep 0.1; done
       if pid_alive "$pid"; then kill -KILL "$pid"; fi
       ;;
-    start-member)
-      start_member "$dir" "$n"
-      wait_member "$dir" "$n" || die "member $n did not start"
-      ;;
   esac
+}
+
+# Stops the cluster in $2 once process $1 is gone (start --owner-pid); ends
+# by itself when the cluster was stopped meanwhile.
+watch_owner() {
+  local owner=$1 dir=$2
+  check_dir "$dir"
+  while kill -0 "$owner" 2>/dev/null && [ -d "$dir" ]; do sleep 1; done
+  if [ -d "$dir" ]; then stop_dir "$dir"; fi
 }
 
 pids() {
@@ -376,5 +408,6 @@ case ${1:-} in
   stop) shift; stop "$@" ;;
   kill-member | stop-member | start-member) member "$@" ;;
   pids) shift; pids "$@" ;;
+  watch-owner) shift; watch_owner "$@" ;;
   *) echo "usage: $0 start [--members 1|3] [--tls] [--auth] [ENV_FILE] | stop [ENV_FILE] | kill-member|stop-member|start-member N [ENV_FILE] | pids [ENV_FILE]" >&2; exit 2 ;;
 esac

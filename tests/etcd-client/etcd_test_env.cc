@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace tcc::etcd::testing {
@@ -63,7 +64,10 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
        absl::StrCat("tcc-etcd-test-", ::getpid(), "-", n++, ".env"))
           .string();
   std::unique_ptr<EtcdCluster> cluster(new EtcdCluster(options, env_file));
-  std::string args = absl::StrCat("start --members ", options.members);
+  // --owner-pid: the script stops the cluster when this process is gone,
+  // even if it never runs the destructor (a test killed by its timeout).
+  std::string args = absl::StrCat("start --members ", options.members,
+                                  " --owner-pid ", ::getpid());
   if (options.tls) args += " --tls";
   if (options.auth) {
     absl::StrAppend(&args, " --auth --auth-token-ttl ",
@@ -121,6 +125,10 @@ absl::Status EtcdCluster::StopMember(int n) {
 }
 absl::Status EtcdCluster::StartMember(int n) {
   return Script(absl::StrCat("start-member ", n, " ", env_file_));
+}
+absl::Status EtcdCluster::StartMembers(const std::vector<int>& members) {
+  return Script(absl::StrCat("start-member ", absl::StrJoin(members, ","), " ",
+                             env_file_));
 }
 
 int EtcdCluster::MemberPid(int n) const {

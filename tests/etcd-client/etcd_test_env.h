@@ -48,9 +48,12 @@ class EtcdCluster {
   ClientOptions Client() const;
 
   // Member n is 1-based.
-  [[nodiscard]] absl::Status KillMember(int n);    // SIGKILL, waits
-  [[nodiscard]] absl::Status StopMember(int n);    // SIGTERM, waits
-  [[nodiscard]] absl::Status StartMember(int n);   // waits until it serves
+  [[nodiscard]] absl::Status KillMember(int n);   // SIGKILL, waits
+  [[nodiscard]] absl::Status StopMember(int n);   // SIGTERM, waits
+  [[nodiscard]] absl::Status StartMember(int n);  // waits until it serves
+  // Starts them all, then waits until each serves (members that need each
+  // other for a quorum).
+  [[nodiscard]] absl::Status StartMembers(const std::vector<int>& members);
   [[nodiscard]] absl::Status PauseMember(int n);   // SIGSTOP
   [[nodiscard]] absl::Status ResumeMember(int n);  // SIGCONT
   // The member's pid (0 if none).
