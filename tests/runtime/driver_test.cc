@@ -625,14 +625,14 @@ TEST_CASE(
   Result r = h.Submit(h.Spec("g1", 2));
   REQUIRE(h.Wait(r));
   REQUIRE(h.log.RunRetention(h.clock.WallMs() + 30LL * 24 * 3600 * 1000).ok());
-  REQUIRE(h.log.DedupHorizonMs() > 0);  // g1 was forgotten
+  REQUIRE(h.log.DedupHorizonMs(0) > 0);  // g1 was forgotten
   core::SubmitSpec retry = h.Spec("g1", 2);
-  retry.created_at_ms = h.log.DedupHorizonMs() - 1;
+  retry.created_at_ms = h.log.DedupHorizonMs(0) - 1;
   Result old = h.Submit(retry);
   REQUIRE(h.Wait(old));
   CHECK(old->value().status().code() == absl::StatusCode::kFailedPrecondition);
   core::SubmitSpec bad = h.Spec("g3", 1);
-  bad.created_at_ms = h.log.DedupHorizonMs() + 1;
+  bad.created_at_ms = h.log.DedupHorizonMs(0) + 1;
   bad.branches[0].participant = "p9";
   Result unknown = h.Submit(bad);
   REQUIRE(h.Wait(unknown));
@@ -672,17 +672,21 @@ class ForwardingLog : public wal::Log {
   absl::StatusOr<wal::ListPage> List(const wal::ListQuery& q) override {
     return inner_.List(q);
   }
+  uint32_t shard_count() const override { return inner_.shard_count(); }
   absl::Status ScanUnfinished(
+      uint32_t shard,
       const std::function<absl::Status(wal::TxnLog)>& fn) override {
-    return inner_.ScanUnfinished(fn);
+    return inner_.ScanUnfinished(shard, fn);
   }
-  absl::StatusOr<uint64_t> TakeOwnerEpoch() override {
-    return inner_.TakeOwnerEpoch();
+  absl::StatusOr<uint64_t> TakeOwnerEpoch(uint32_t shard) override {
+    return inner_.TakeOwnerEpoch(shard);
   }
   absl::Status RunRetention(int64_t now_ms) override {
     return inner_.RunRetention(now_ms);
   }
-  int64_t DedupHorizonMs() const override { return inner_.DedupHorizonMs(); }
+  int64_t DedupHorizonMs(uint32_t shard) const override {
+    return inner_.DedupHorizonMs(shard);
+  }
   wal::LogStats Stats() const override { return inner_.Stats(); }
 
  protected:
@@ -878,8 +882,9 @@ class CountingScanLog final : public ForwardingLog {
  public:
   using ForwardingLog::ForwardingLog;
   absl::Status ScanUnfinished(
+      uint32_t shard,
       const std::function<absl::Status(wal::TxnLog)>& fn) override {
-    return inner_.ScanUnfinished([&](wal::TxnLog t) {
+    return inner_.ScanUnfinished(shard, [&](wal::TxnLog t) {
       ++scanned;
       return fn(std::move(t));
     });
