@@ -149,5 +149,26 @@ TEST_CASE("bytes: a group stays under --max-request-bytes") {
         (256u << 10));
 }
 
+TEST_CASE("Remove given the gid of the write it removes") {
+  // The etcd log removes a write by its own gid (w.gid), which the removal
+  // destroys: the group must not read it afterwards.
+  const etcd_keys::Layout keys("/p/");
+  GroupTxn group(keys, GroupLimits{1024, 4 << 20});
+  group.Put(Write(0, "a-gid-long-enough-to-be-on-the-heap-0", true, 1));
+  group.Put(Write(0, "a-gid-long-enough-to-be-on-the-heap-1", false, 2));
+  group.Put(Write(0, "a-gid-long-enough-to-be-on-the-heap-2", false, 3));
+  group.Remove(group.Find("a-gid-long-enough-to-be-on-the-heap-1")->gid);
+  REQUIRE(group.shards().size() == 1);
+  CHECK(group.shards()[0].second ==
+        std::vector<std::string>{"a-gid-long-enough-to-be-on-the-heap-0",
+                                 "a-gid-long-enough-to-be-on-the-heap-2"});
+  CHECK(group.writes().size() == 2);
+  const std::vector<uint64_t> epochs(1, 1);
+  CHECK(group.Build(Fences{&epochs, 1, "/p/quota/n1"})
+            .success(0)
+            .request_txn()
+            .success_size() == 2);
+}
+
 }  // namespace
 }  // namespace tcc::wal::internal

@@ -151,7 +151,7 @@ void GroupTxn::Put(GidWrite w) {
   writes_[gid] = std::move(w);
 }
 
-void GroupTxn::Remove(const std::string& gid) {
+void GroupTxn::Remove(std::string gid) {
   auto w = writes_.find(gid);
   if (w == writes_.end()) return;
   bytes_ -= write_bytes_[gid];

@@ -101,7 +101,8 @@ class GroupTxn {
 
   // Adds or replaces the write of w.gid.
   void Put(GidWrite w);
-  void Remove(const std::string& gid);
+  // By value: callers pass the gid of the write it destroys.
+  void Remove(std::string gid);
   void AddApproval(NewApproval a);
   void RemoveApproval(size_t index);
 
