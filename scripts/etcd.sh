@@ -15,6 +15,10 @@
 #                                                again (same data, ports and
 #                                                flags)
 #   scripts/etcd.sh pids [ENV_FILE]              the members' pids, one a line
+#   scripts/etcd.sh free-space PREFIX [ENV_FILE] the out-of-space procedure:
+#                                                delete the keys under PREFIX,
+#                                                compact, defragment every
+#                                                member, disarm the alarm
 #
 # start options:
 #   --members 1|3            (default 1)
@@ -394,6 +398,22 @@ watch_owner() {
   if [ -d "$dir" ]; then stop_dir "$dir"; fi
 }
 
+# What an operator does when etcd is out of space (README "Cluster mode"):
+# here, after deleting what filled it (the keys under $1).
+free_space() {
+  local prefix=${1:-} dir rev
+  [ -n "$prefix" ] || die "free-space needs a key prefix to delete"
+  dir=$(env_dir "${2:-}")
+  check_dir "$dir"
+  ctl "$dir" del --prefix "$prefix" >/dev/null || die "deleting $prefix failed"
+  rev=$(ctl "$dir" endpoint status -w json |
+    grep -o '"revision":[0-9]*' | head -n 1 | cut -d: -f2)
+  [ -n "$rev" ] || die "no revision from endpoint status"
+  ctl "$dir" compact "$rev" --physical >/dev/null || die "compact failed"
+  ctl "$dir" defrag --cluster >/dev/null || die "defrag failed"
+  ctl "$dir" alarm disarm >/dev/null || die "alarm disarm failed"
+}
+
 pids() {
   local dir f
   dir=$(env_dir "${1:-}")
@@ -409,5 +429,6 @@ case ${1:-} in
   kill-member | stop-member | start-member) member "$@" ;;
   pids) shift; pids "$@" ;;
   watch-owner) shift; watch_owner "$@" ;;
-  *) echo "usage: $0 start [--members 1|3] [--tls] [--auth] [ENV_FILE] | stop [ENV_FILE] | kill-member|stop-member|start-member N [ENV_FILE] | pids [ENV_FILE]" >&2; exit 2 ;;
+  free-space) shift; free_space "$@" ;;
+  *) echo "usage: $0 start [--members 1|3] [--tls] [--auth] [ENV_FILE] | stop [ENV_FILE] | kill-member|stop-member|start-member N [ENV_FILE] | pids [ENV_FILE] | free-space PREFIX [ENV_FILE]" >&2; exit 2 ;;
 esac

@@ -131,6 +131,10 @@ absl::Status EtcdCluster::StartMembers(const std::vector<int>& members) {
                              env_file_));
 }
 
+absl::Status EtcdCluster::FreeSpace(const std::string& prefix) {
+  return Script(absl::StrCat("free-space '", prefix, "' ", env_file_));
+}
+
 int EtcdCluster::MemberPid(int n) const {
   std::ifstream in(absl::StrCat(dir_, "/m", n, ".pid"));
   int pid = 0;

@@ -56,6 +56,9 @@ class EtcdCluster {
   [[nodiscard]] absl::Status StartMembers(const std::vector<int>& members);
   [[nodiscard]] absl::Status PauseMember(int n);   // SIGSTOP
   [[nodiscard]] absl::Status ResumeMember(int n);  // SIGCONT
+  // etcd's out-of-space procedure (scripts/etcd.sh free-space): deletes the
+  // keys under `prefix`, compacts, defragments, disarms the alarm.
+  [[nodiscard]] absl::Status FreeSpace(const std::string& prefix);
   // The member's pid (0 if none).
   int MemberPid(int n) const;
 

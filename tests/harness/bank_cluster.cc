@@ -181,6 +181,7 @@ absl::Status BankCluster::StartTccd() {
   if (pki_ || on_etcd()) {
     auto config = WriteTccdConfig(own_config);
     if (!config.ok()) return config.status();
+    tccd_config_path_ = *config;
     argv.push_back("--config");
     argv.push_back(*config);
     if (on_etcd() && tccd_starts_ == 0) {

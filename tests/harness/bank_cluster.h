@@ -121,6 +121,9 @@ class BankCluster {
   std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() const;
 
   int tccd_port() const { return tccd_port_; }
+  // The config file the harness wrote for tccd's last start (TLS or
+  // cluster mode; empty otherwise).
+  const std::string& tccd_config_path() const { return tccd_config_path_; }
   // tccd's metrics port (options.metrics), as of its last start.
   int tccd_metrics_port() const { return tccd_metrics_port_; }
   int bank_port(const std::string& name) { return bank_ports_[name]; }
@@ -172,6 +175,7 @@ class BankCluster {
   CertFiles harness_cert_;
   std::unique_ptr<Process> tccd_;
   int tccd_port_ = 0;
+  std::string tccd_config_path_;
   int tccd_metrics_port_ = 0;
   int tccd_starts_ = 0;
   std::map<std::string, std::unique_ptr<Process>> banks_;

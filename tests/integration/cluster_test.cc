@@ -3,11 +3,14 @@
 // daemon tests: etcd unreachable (no exit; it resumes), etcd out of space
 // (registrations refused, nothing lost), another etcd under the cluster's
 // prefix (DATA_LOSS, exit 3); and the cluster's creation and its checks.
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +18,7 @@
 #include "bank_cluster.h"
 #include "etcd_test_env.h"
 #include "process.h"
+#include "tcc/client/coordinator_client.h"
 #include "test_dirs.h"
 
 namespace {
@@ -191,4 +195,76 @@ TEST_CASE("another etcd under the cluster's prefix is DATA_LOSS (exit 3)") {
       {"--config", WriteConfig(dir, (*second)->endpoints(), prefix, 4)});
   CHECK(code == 3);
   CHECK_THAT(out, Catch::Contains("cluster_id"));
+}
+
+TEST_CASE(
+    "the fence: a node paused past its lease writes nothing once "
+    "another took its shards") {
+  // Node 1 (the harness's tccd) on the fixture's etcd.
+  BankCluster c(Options("fence", tcc::etcd::testing::SharedEtcdEndpoints()));
+  REQUIRE(c.Start().ok());
+  std::vector<std::string> gids;
+  for (int i = 0; i < 4; ++i) {
+    auto req = c.Transfer("bank-a", i, "bank-b", i, 1);
+    REQUIRE(c.client().Submit(req).ok());
+    gids.push_back(req.gid());
+  }
+  // Paused past its lease (2 s): node 2 takes every shard, with higher
+  // epochs, once node 1's lease has expired.
+  c.tccd()->Signal(SIGSTOP);
+  std::string config;
+  {
+    std::ifstream in(c.tccd_config_path());
+    config.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string one = "node_id: " + c.etcd().node_id;
+  const size_t at = config.find(one);
+  REQUIRE(at != std::string::npos);
+  config.replace(at, one.size(), "node_id: node-2");
+  const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-fence-2");
+  {
+    std::ofstream out(dir + "/tccd.yaml");
+    out << config;
+  }
+  auto second = Process::Start(ProcessOptions{
+      {TCC_TCCD_BIN, "--config", dir + "/tccd.yaml", "--data-dir",
+       dir + "/data", "--listen", "127.0.0.1:0", "--metrics-listen", "off"},
+      {},
+      dir + "/tccd.log",
+      "tccd node-2"});
+  REQUIRE(second.ok());
+  auto port = (*second)->WaitForListening(60000);
+  INFO((*second)->Output());
+  REQUIRE(port.ok());
+  tcc::client::ClientOptions co;
+  co.address = absl::StrCat("127.0.0.1:", *port);
+  co.max_attempts = 3;
+  co.attempt_timeout_ms = 10000;
+  tcc::client::CoordinatorClient to_second(co);
+  for (int i = 4; i < 8; ++i) {
+    auto req = c.Transfer("bank-a", i, "bank-b", i, 1);
+    auto r = to_second.Submit(req);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    gids.push_back(req.gid());
+  }
+  // Node 1 goes on, believing it owns the shards: etcd refuses every write
+  // of its (the fence), so a new transaction sent to it is UNAVAILABLE and
+  // nothing of it is written; node 1 does not exit.
+  c.tccd()->Signal(SIGCONT);
+  auto once = c.NewClient(1, 10000);
+  auto late = c.Transfer("bank-a", 9, "bank-b", 9, 1);
+  auto refused = once->Submit(late);
+  INFO(refused.status().ToString());
+  CHECK(refused.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(to_second.Get(late.gid()).status().code() ==
+        absl::StatusCode::kNotFound);
+  CHECK(c.tccd()->Running());
+  // Node 2 goes; node 1, restarted, takes the shards back (a higher epoch
+  // again) and every transaction is final with the money conserved.
+  (*second)->Kill();
+  c.KillTccd();
+  REQUIRE(c.StartTccd().ok());
+  CHECK(c.CheckFinal(gids, 60000).ok());
+  std::filesystem::remove_all(dir);
 }

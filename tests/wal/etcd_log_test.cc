@@ -336,6 +336,44 @@ TEST_CASE("a member down: appends go on; etcd restarted mid-append: it lands") {
   CHECK(Records(h.log(), "g2") == 1);
 }
 
+TEST_CASE("etcd out of space: appends wait, and go on once space is freed") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+      EtcdCluster::Start({.members = 1, .quota_backend_bytes = 2 << 20});
+  REQUIRE(cluster.ok());
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = (*cluster)->endpoints()});
+  REQUIRE(Register(h.log(), "open").ok());
+  // Someone else's keys take etcd to its quota: its NOSPACE alarm goes on.
+  absl::StatusOr<std::unique_ptr<etcd::Client>> filler =
+      etcd::Client::Connect((*cluster)->Client());
+  REQUIRE(filler.ok());
+  bool full = false;
+  for (int i = 0; i < 32 && !full; ++i) {
+    pb::TxnRequest t;
+    pb::PutRequest* p = t.add_success()->mutable_request_put();
+    p->set_key("/filler/" + std::to_string(i));
+    p->set_value(std::string(256 << 10, 'x'));
+    full = !(*filler)->Txn(t).ok();
+  }
+  REQUIRE(full);
+  CHECK(absl::IsResourceExhausted(Register(h.log(), "refused")));
+  // An append of an open transaction is not refused: it waits for space.
+  auto promise = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> pending = promise->get_future();
+  h.log().Append(Req("open", {MakePhase("b0", PhaseState::kUnknown)}),
+                 [promise](absl::Status s) { promise->set_value(s); });
+  CHECK(pending.wait_for(std::chrono::seconds(2)) ==
+        std::future_status::timeout);
+  // The operator frees space: the append lands, registrations go on.
+  REQUIRE((*cluster)->FreeSpace("/filler/").ok());
+  REQUIRE(pending.wait_for(std::chrono::seconds(60)) ==
+          std::future_status::ready);
+  CHECK(pending.get().ok());
+  CHECK(Records(h.log(), "open") == 2);
+  CHECK(absl::IsNotFound(h.log().Read("refused").status()));
+  CHECK(Register(h.log(), "after").ok());
+}
+
 TEST_CASE("etcd out of space refuses registrations and loses nothing") {
   absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
       EtcdCluster::Start({.members = 1, .quota_backend_bytes = 2 << 20});
