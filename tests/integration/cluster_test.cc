@@ -268,3 +268,21 @@ TEST_CASE(
   CHECK(c.CheckFinal(gids, 60000).ok());
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a second live tccd with the same node id refuses to start") {
+  BankCluster c(Options("same-id", tcc::etcd::testing::SharedEtcdEndpoints()));
+  REQUIRE(c.Start().ok());
+  const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-same-id");
+  auto [code, out] =
+      RunTccd({"--config", c.tccd_config_path(), "--data-dir", dir + "/data",
+               "--listen", "127.0.0.1:0", "--metrics-listen", "off"});
+  INFO(out);
+  CHECK(code != 0);
+  CHECK_THAT(out, Catch::Contains("cluster.node_id node-1"));
+  // The first goes on.
+  CHECK(c.tccd()->Running());
+  auto req = c.Transfer("bank-a", 1, "bank-b", 2, 1);
+  CHECK(c.client().Submit(req).ok());
+  CHECK(c.CheckFinal({req.gid()}, 30000).ok());
+  std::filesystem::remove_all(dir);
+}
