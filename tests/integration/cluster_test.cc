@@ -278,7 +278,7 @@ TEST_CASE("a second live tccd with the same node id refuses to start") {
                "--listen", "127.0.0.1:0", "--metrics-listen", "off"});
   INFO(out);
   CHECK(code != 0);
-  CHECK_THAT(out, Catch::Contains("cluster.node_id node-1"));
+  CHECK_THAT(out, Catch::Contains("cluster.node_id node-1: another tccd"));
   // The first goes on.
   CHECK(c.tccd()->Running());
   auto req = c.Transfer("bank-a", 1, "bank-b", 2, 1);

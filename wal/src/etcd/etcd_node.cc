@@ -83,9 +83,14 @@ absl::StatusOr<std::unique_ptr<NodeRegistration>> NodeRegistration::Join(
           " is being kept alive)"));
     }
     if (waited_ms > wait_limit_ms) {
+      // Longer than its TTL plus an election: someone keeps it alive
+      // (renewals in whole seconds may not show in the TTLs read).
       return absl::AlreadyExistsError(absl::StrCat(
-          "cluster.node_id ", o.node_id, ": the old registration (lease ",
-          lease, ") did not expire within ", wait_limit_ms, " ms"));
+          "cluster.node_id ", o.node_id,
+          ": another tccd with this node id is running (its registration's "
+          "lease ",
+          lease, " did not expire within ", wait_limit_ms,
+          " ms, more than its TTL and an etcd election)"));
     }
     last_ttl = ttl->ttl();
     Pause(500);
