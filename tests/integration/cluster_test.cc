@@ -286,3 +286,63 @@ TEST_CASE("a second live tccd with the same node id refuses to start") {
   CHECK(c.CheckFinal({req.gid()}, 30000).ok());
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE(
+    "tccd to etcd over mutual TLS with a user whose password is in a "
+    "file") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> etcd =
+      EtcdCluster::Start({.members = 1, .tls = true, .auth = true});
+  REQUIRE(etcd.ok());
+  const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-tls");
+  const std::string certs = (*etcd)->dir();
+  const std::string password_file = dir + "/etcd-password";
+  {
+    std::ofstream out(password_file);
+    out << "tcc-password\n";
+  }
+  std::filesystem::permissions(
+      password_file,
+      std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto config = [&](const std::string& cert, const std::string& password) {
+    const std::string path = WriteConfig(dir, (*etcd)->endpoints(), "/tls/", 4);
+    std::ofstream out(path, std::ios::app);
+    out << "    tls: true\n    ca_file: " << certs << "/ca.pem\n"
+        << "    cert_file: " << certs << "/" << cert << ".pem\n"
+        << "    key_file: " << certs << "/" << cert << "-key.pem\n"
+        << "    user: tcc\n    password_file: " << password << "\n";
+    return path;
+  };
+  // The right certificate and password: the cluster is created.
+  auto [made, made_out] =
+      RunTccd({"--config", config("client", password_file), "--init-cluster"});
+  INFO(made_out);
+  CHECK(made == 0);
+  // A certificate of another CA: refused by etcd, tccd exits.
+  auto [other, other_out] = RunTccd(
+      {"--config", config("other-client", password_file), "--init-cluster"});
+  INFO(other_out);
+  CHECK(other != 0);
+  // A wrong password: refused, said so.
+  const std::string wrong = dir + "/wrong-password";
+  {
+    std::ofstream out(wrong);
+    out << "not-it\n";
+  }
+  std::filesystem::permissions(wrong, std::filesystem::perms::owner_read |
+                                          std::filesystem::perms::owner_write);
+  auto [bad, bad_out] =
+      RunTccd({"--config", config("client", wrong), "--init-cluster"});
+  INFO(bad_out);
+  CHECK(bad != 0);
+  CHECK_THAT(bad_out, Catch::Contains("authentication failed"));
+  // A password file others may read: refused before etcd is asked, naming
+  // the key.
+  std::filesystem::permissions(wrong, std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
+  auto [loose, loose_out] =
+      RunTccd({"--config", config("client", wrong), "--init-cluster"});
+  INFO(loose_out);
+  CHECK(loose == 2);
+  CHECK_THAT(loose_out, Catch::Contains("cluster.etcd.password_file"));
+  std::filesystem::remove_all(dir);
+}
