@@ -178,16 +178,26 @@ start_member() {
   echo $! >"$dir/m$n.pid"
 }
 
-# Waits until member N serves (its client port answers a status), up to 90
-# seconds in all, or until its process is gone (then false).
+# Whether process $1 listens on 127.0.0.1:$2 (not another process that took
+# the port first: its status answer would be another cluster's).
+listens_on() {
+  ss -ltnpH "sport = :$2" 2>/dev/null | grep -q "pid=$1,"
+}
+
+# Waits until member N serves (its client port answers a status, and the
+# member's own process holds its ports), up to 90 seconds in all, or until
+# its process is gone (then false).
 wait_member() {
-  local dir=$1 n=$2 ep
+  local dir=$1 n=$2 ep pid
   ep=$(sed -n "${n}p" "$dir/member-endpoints")
   local deadline=$((SECONDS + 90))
   while [ $SECONDS -lt $deadline ]; do
-    pid_alive "$(cat "$dir/m$n.pid")" || return 1
-    if ctl "$dir" --endpoints "$ep" --dial-timeout 1s --command-timeout 2s \
-      endpoint status >/dev/null 2>&1; then
+    pid=$(cat "$dir/m$n.pid")
+    pid_alive "$pid" || return 1
+    if listens_on "$pid" "${ep##*:}" &&
+      listens_on "$pid" "$(sed -n "${n}p" "$dir/member-peer-ports")" &&
+      ctl "$dir" --endpoints "$ep" --dial-timeout 1s --command-timeout 2s \
+        endpoint status >/dev/null 2>&1; then
       return 0
     fi
     sleep 0.2
@@ -263,6 +273,7 @@ start() {
       initial+="${initial:+,}m$i=http://127.0.0.1:${pports[$((i - 1))]}"
     done
     : >"$dir/member-endpoints"
+    : >"$dir/member-peer-ports"
     local endpoints=""
     for i in $(seq 1 "$members"); do
       local c=${cports[$((i - 1))]} p=${pports[$((i - 1))]}
@@ -285,6 +296,7 @@ start() {
       fi
       echo "$cmd" | tr '\n' ' ' | tr -s ' ' >"$dir/m$i.cmd"
       echo "127.0.0.1:$c" >>"$dir/member-endpoints"
+      echo "$p" >>"$dir/member-peer-ports"
       endpoints+="${endpoints:+,}127.0.0.1:$c"
     done
     echo "$endpoints" >"$dir/endpoints"

@@ -1314,6 +1314,8 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     const absl::Status lost = absl::UnavailableError(
         absl::StrCat("shard ", shard, " was lost (its owner is now ", who,
                      "): nothing more is written for it"));
+    // Heard of before its appends are answered (etcd_log.h).
+    LoseShard(shard, lost);
     for (const std::string& gid : gids) {
       internal::GidWrite& w = *group.Find(gid);
       if (attempt > 0) {
@@ -1330,7 +1332,6 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       }
       for (size_t item : w.items) Complete(items[item], lost);
     }
-    LoseShard(shard, lost);
   }
   for (const internal::NewApproval& a : group.approvals()) {
     const pb::TxnResponse& at = r->responses(op++).response_txn();

@@ -15,7 +15,8 @@
 // UNAVAILABLE. Every write for shard k compares
 // create_revision(owner) == epoch and lease(owner) == lease_id; a refused
 // fence loses the shard: its waiting appends and every later one are
-// UNAVAILABLE, and the ShardLostFn hears of it once. A shard not taken is
+// UNAVAILABLE, and the ShardLostFn hears of it once, before those waiting
+// are answered. A shard not taken is
 // UNAVAILABLE too.
 //
 // Group commit: one committer thread takes every append waiting, checks
