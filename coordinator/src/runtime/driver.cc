@@ -978,7 +978,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     const std::string participant = br.spec.participant;
     auto build = [&]() -> absl::StatusOr<BranchCall> {
       // Cluster mode: past its lease's trust a node sends nothing (another
-      // node may own the shard by now); the call stays unknown, retried.
+      // node may own the shard by now): not sent (driver.h says what
+      // follows).
       if (options_.may_call && !options_.may_call(gid)) {
         return absl::UnavailableError(
             "this node cannot trust its cluster lease now: the call was not "

@@ -143,8 +143,10 @@ struct DriverOptions {
   // pauses while what it queued takes a quarter. 0: no limit.
   uint64_t max_in_flight_bytes = 512ull << 20;
   // Cluster mode: whether a participant call for `gid` may go now (the
-  // node trusts its lease). A call it refuses is not sent and counts as an
-  // unknown outcome (retried). Unset: always.
+  // node trusts its lease). A call it refuses is not sent: a branch's first
+  // Try so refused fails (the transaction cancels, as behind an open
+  // circuit breaker); any other call counts as an unknown outcome and is
+  // retried. Unset: always.
   std::function<bool(const std::string& gid)> may_call;
 };
 
