@@ -336,6 +336,30 @@ TEST_CASE("a member down: appends go on; etcd restarted mid-append: it lands") {
   CHECK(Records(h.log(), "g2") == 1);
 }
 
+TEST_CASE("etcd restarted whole mid-append: the append lands once") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+      EtcdCluster::Start({.members = 3});
+  REQUIRE(cluster.ok());
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = (*cluster)->endpoints()});
+  REQUIRE(Register(h.log(), "g1").ok());
+  for (int m = 1; m <= 3; ++m) REQUIRE((*cluster)->StopMember(m).ok());
+  auto promise = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> pending = promise->get_future();
+  h.log().Append(Req("g1", {MakeDecided(Decision::kConfirm)}),
+                 [promise](absl::Status s) { promise->set_value(s); });
+  CHECK(pending.wait_for(std::chrono::seconds(2)) ==
+        std::future_status::timeout);
+  REQUIRE((*cluster)->StartMembers({1, 2, 3}).ok());
+  REQUIRE(pending.wait_for(std::chrono::seconds(60)) ==
+          std::future_status::ready);
+  CHECK(pending.get().ok());
+  absl::StatusOr<TxnLog> t = h.log().Read("g1");
+  REQUIRE(t.ok());
+  CHECK(t->records.size() == 2);
+  CHECK(t->summary.decision == Decision::kConfirm);
+}
+
 TEST_CASE("etcd out of space: appends wait, and go on once space is freed") {
   absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
       EtcdCluster::Start({.members = 1, .quota_backend_bytes = 2 << 20});
