@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tcc/etcd/boot_clock.h"
 
 namespace tcc::etcd {
 namespace {
@@ -133,31 +134,70 @@ absl::Status Client::Init() {
     if (!tls.ok()) return tls.status();
     creds = *std::move(tls);
   }
+  creds_ = std::move(creds);
   for (const std::string& endpoint : options_.endpoints) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
-                static_cast<int>(options_.grpc_keepalive_time_ms));
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-    args.SetMaxSendMessageSize(options_.max_message_bytes);
-    args.SetMaxReceiveMessageSize(options_.max_message_bytes);
-    // One connection per member and client (not shared with other clients
-    // of the process), so that a member's failure is seen per client.
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     Member m;
     m.endpoint = endpoint;
-    m.channel = grpc::CreateCustomChannel(endpoint, creds, args);
-    m.kv = etcdserverpb::KV::NewStub(m.channel);
-    m.lease = etcdserverpb::Lease::NewStub(m.channel);
-    m.maintenance = etcdserverpb::Maintenance::NewStub(m.channel);
-    m.auth = etcdserverpb::Auth::NewStub(m.channel);
+    m.conn = MakeConn(endpoint);
     members_.push_back(std::move(m));
   }
   return absl::OkStatus();
+}
+
+std::shared_ptr<const Client::Conn> Client::MakeConn(
+    const std::string& endpoint) const {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  // Also the least time a connection attempt is given.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
+              static_cast<int>(options_.grpc_keepalive_time_ms));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetMaxSendMessageSize(options_.max_message_bytes);
+  args.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  // One connection per member and client (not shared with other clients
+  // of the process), so that a member's failure is seen per client.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto conn = std::make_shared<Conn>();
+  conn->channel = grpc::CreateCustomChannel(endpoint, creds_, args);
+  conn->kv = etcdserverpb::KV::NewStub(conn->channel);
+  conn->lease = etcdserverpb::Lease::NewStub(conn->channel);
+  conn->maintenance = etcdserverpb::Maintenance::NewStub(conn->channel);
+  conn->auth = etcdserverpb::Auth::NewStub(conn->channel);
+  return conn;
+}
+
+std::shared_ptr<const Client::Conn> Client::ConnOf(size_t member) const {
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  return members_[member].conn;
+}
+
+void Client::NoteCall(size_t member, const absl::Status& s) {
+  // How long a member's calls may fail for the transport before its
+  // channel is made again (and no sooner again after that).
+  constexpr int64_t kRebuildAfterMs = 3000;
+  const bool failed = MemberUnusable(s);
+  std::lock_guard<std::mutex> lock(conns_mu_);
+  Member& m = members_[member];
+  if (!failed) {
+    m.failing_since_ms = 0;
+    return;
+  }
+  const int64_t now = SystemBootClock::Default().NowMs();
+  if (m.failing_since_ms == 0) {
+    m.failing_since_ms = now;
+    return;
+  }
+  if (now - m.failing_since_ms < kRebuildAfterMs ||
+      now - m.rebuilt_at_ms < kRebuildAfterMs) {
+    return;
+  }
+  m.conn = MakeConn(m.endpoint);  // calls in flight keep the old one
+  m.rebuilt_at_ms = now;
+  m.failing_since_ms = now;
 }
 
 std::string Client::Token() {
@@ -170,16 +210,16 @@ void Client::InvalidateToken(const std::string& token) {
   if (token_ == token) token_.clear();
 }
 
-absl::Status Client::Authenticate(Member& member, int64_t deadline_ms,
-                                  std::string& token_out) {
+absl::Status Client::Authenticate(const Conn& conn, const std::string& endpoint,
+                                  int64_t deadline_ms, std::string& token_out) {
   grpc::ClientContext context;
   context.set_deadline(DeadlineIn(deadline_ms));
   etcdserverpb::AuthenticateRequest request;
   request.set_name(options_.user);
   request.set_password(options_.password);
   etcdserverpb::AuthenticateResponse response;
-  absl::Status s = FromGrpc(
-      member.auth->Authenticate(&context, request, &response), member.endpoint);
+  absl::Status s =
+      FromGrpc(conn.auth->Authenticate(&context, request, &response), endpoint);
   if (!s.ok()) {
     return absl::Status(
         s.code(),
@@ -196,10 +236,12 @@ absl::Status Client::PrepareContext(grpc::ClientContext& context,
   if (options_.user.empty()) return absl::OkStatus();
   std::string token = Token();
   if (token.empty()) {
-    Member& m = members_[current_.load() % members_.size()];
-    if (absl::Status s = Authenticate(m, options_.call_timeout_ms, token);
+    const size_t i = current_.load() % members_.size();
+    if (absl::Status s = Authenticate(*ConnOf(i), members_[i].endpoint,
+                                      options_.call_timeout_ms, token);
         !s.ok()) {
-      if (MemberUnusable(s)) MemberFailed(current_.load() % members_.size());
+      NoteCall(i, s);
+      if (MemberUnusable(s)) MemberFailed(i);
       return s;
     }
   }
@@ -209,6 +251,8 @@ absl::Status Client::PrepareContext(grpc::ClientContext& context,
 }
 
 void Client::MemberFailed(size_t member) {
+  // A stream's failure counts as a failing call too.
+  NoteCall(member, absl::UnavailableError("a call or stream failed"));
   size_t expected = member;
   // Only the first to see this member fail moves on (others may have moved
   // already).
@@ -217,7 +261,7 @@ void Client::MemberFailed(size_t member) {
 
 Client::StreamTarget Client::CurrentTarget() const {
   const size_t i = current_.load() % members_.size();
-  return StreamTarget{i, members_[i].channel, members_[i].endpoint};
+  return StreamTarget{i, ConnOf(i)->channel, members_[i].endpoint};
 }
 
 template <typename Call>
@@ -229,18 +273,21 @@ absl::Status Client::Run(int64_t timeout_ms, bool retry, const Call& call) {
   absl::Status last;
   while (true) {
     const size_t i = current_.load() % members_.size();
-    Member& m = members_[i];
+    const std::shared_ptr<const Conn> conn = ConnOf(i);
+    const std::string& endpoint = members_[i].endpoint;
     grpc::ClientContext context;
     context.set_deadline(deadline);
     std::string token;
     if (!options_.user.empty()) {
       token = Token();
       if (token.empty()) {
-        last = Authenticate(m, std::max<int64_t>(1, MsLeft(deadline)), token);
+        last = Authenticate(*conn, endpoint,
+                            std::max<int64_t>(1, MsLeft(deadline)), token);
       }
       if (last.ok() || !token.empty()) context.AddMetadata("token", token);
     }
-    if (last.ok()) last = FromGrpc(call(m, context), m.endpoint);
+    if (last.ok()) last = FromGrpc(call(*conn, context), endpoint);
+    NoteCall(i, last);
     if (last.ok()) return last;
     if (IsInvalidToken(last) && !reauthenticated) {
       // Refused before anything was proposed: safe to send again.
@@ -261,11 +308,11 @@ absl::Status Client::Run(int64_t timeout_ms, bool retry, const Call& call) {
 absl::StatusOr<etcdserverpb::RangeResponse> Client::Range(
     const etcdserverpb::RangeRequest& request, int64_t timeout_ms) {
   etcdserverpb::RangeResponse response;
-  absl::Status s =
-      Run(timeout_ms, /*retry=*/true, [&](Member& m, grpc::ClientContext& c) {
-        response.Clear();
-        return m.kv->Range(&c, request, &response);
-      });
+  absl::Status s = Run(timeout_ms, /*retry=*/true,
+                       [&](const Conn& m, grpc::ClientContext& c) {
+                         response.Clear();
+                         return m.kv->Range(&c, request, &response);
+                       });
   if (!s.ok()) return s;
   return response;
 }
@@ -273,12 +320,12 @@ absl::StatusOr<etcdserverpb::RangeResponse> Client::Range(
 absl::StatusOr<etcdserverpb::TxnResponse> Client::Txn(
     const etcdserverpb::TxnRequest& request, int64_t timeout_ms) {
   etcdserverpb::TxnResponse response;
-  absl::Status s =
-      Run(timeout_ms, /*retry=*/false, [&](Member& m, grpc::ClientContext& c) {
-        response.Clear();
-        txns_sent_.fetch_add(1);
-        return m.kv->Txn(&c, request, &response);
-      });
+  absl::Status s = Run(timeout_ms, /*retry=*/false,
+                       [&](const Conn& m, grpc::ClientContext& c) {
+                         response.Clear();
+                         txns_sent_.fetch_add(1);
+                         return m.kv->Txn(&c, request, &response);
+                       });
   if (!s.ok()) return s;
   return response;
 }
@@ -290,11 +337,11 @@ absl::StatusOr<etcdserverpb::LeaseGrantResponse> Client::LeaseGrant(
   etcdserverpb::LeaseGrantResponse response;
   // Not retried: a grant whose answer was lost leaves a lease nobody keeps
   // alive, which expires by itself.
-  absl::Status s =
-      Run(timeout_ms, /*retry=*/false, [&](Member& m, grpc::ClientContext& c) {
-        response.Clear();
-        return m.lease->LeaseGrant(&c, request, &response);
-      });
+  absl::Status s = Run(timeout_ms, /*retry=*/false,
+                       [&](const Conn& m, grpc::ClientContext& c) {
+                         response.Clear();
+                         return m.lease->LeaseGrant(&c, request, &response);
+                       });
   if (!s.ok()) return s;
   if (!response.error().empty()) {
     return absl::UnavailableError(
@@ -308,7 +355,7 @@ absl::Status Client::LeaseRevoke(int64_t lease_id, int64_t timeout_ms) {
   request.set_id(lease_id);
   etcdserverpb::LeaseRevokeResponse response;
   return Run(timeout_ms, /*retry=*/true,
-             [&](Member& m, grpc::ClientContext& c) {
+             [&](const Conn& m, grpc::ClientContext& c) {
                return m.lease->LeaseRevoke(&c, request, &response);
              });
 }
@@ -318,8 +365,8 @@ absl::StatusOr<etcdserverpb::LeaseTimeToLiveResponse> Client::LeaseTimeToLive(
   etcdserverpb::LeaseTimeToLiveRequest request;
   request.set_id(lease_id);
   etcdserverpb::LeaseTimeToLiveResponse response;
-  absl::Status s =
-      Run(timeout_ms, /*retry=*/true, [&](Member& m, grpc::ClientContext& c) {
+  absl::Status s = Run(
+      timeout_ms, /*retry=*/true, [&](const Conn& m, grpc::ClientContext& c) {
         response.Clear();
         return m.lease->LeaseTimeToLive(&c, request, &response);
       });
@@ -331,11 +378,11 @@ absl::StatusOr<etcdserverpb::StatusResponse> Client::Status(
     int64_t timeout_ms) {
   etcdserverpb::StatusRequest request;
   etcdserverpb::StatusResponse response;
-  absl::Status s =
-      Run(timeout_ms, /*retry=*/true, [&](Member& m, grpc::ClientContext& c) {
-        response.Clear();
-        return m.maintenance->Status(&c, request, &response);
-      });
+  absl::Status s = Run(timeout_ms, /*retry=*/true,
+                       [&](const Conn& m, grpc::ClientContext& c) {
+                         response.Clear();
+                         return m.maintenance->Status(&c, request, &response);
+                       });
   if (!s.ok()) return s;
   return response;
 }
@@ -344,11 +391,11 @@ absl::StatusOr<etcdserverpb::AlarmResponse> Client::Alarms(int64_t timeout_ms) {
   etcdserverpb::AlarmRequest request;
   request.set_action(etcdserverpb::AlarmRequest::GET);
   etcdserverpb::AlarmResponse response;
-  absl::Status s =
-      Run(timeout_ms, /*retry=*/true, [&](Member& m, grpc::ClientContext& c) {
-        response.Clear();
-        return m.maintenance->Alarm(&c, request, &response);
-      });
+  absl::Status s = Run(timeout_ms, /*retry=*/true,
+                       [&](const Conn& m, grpc::ClientContext& c) {
+                         response.Clear();
+                         return m.maintenance->Alarm(&c, request, &response);
+                       });
   if (!s.ok()) return s;
   return response;
 }

@@ -135,16 +135,32 @@ class Client {
   uint64_t txns_sent() const { return txns_sent_.load(); }
 
  private:
-  struct Member {
-    std::string endpoint;
+  // One member's channel and stubs. Replaced whole (never changed) when the
+  // channel has failed for a while: a gRPC channel to a member that was
+  // restarted can stay failing ("tcp handshaker shutdown") while the member
+  // serves others.
+  struct Conn {
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<etcdserverpb::KV::Stub> kv;
     std::unique_ptr<etcdserverpb::Lease::Stub> lease;
     std::unique_ptr<etcdserverpb::Maintenance::Stub> maintenance;
     std::unique_ptr<etcdserverpb::Auth::Stub> auth;
   };
+  struct Member {
+    std::string endpoint;
+    std::shared_ptr<const Conn> conn;  // guarded by conns_mu_
+    // Since when its calls fail for the transport (0: they don't); guarded
+    // by conns_mu_.
+    int64_t failing_since_ms = 0;
+    int64_t rebuilt_at_ms = 0;  // guarded by conns_mu_
+  };
   explicit Client(ClientOptions options);
   absl::Status Init();
+  std::shared_ptr<const Conn> MakeConn(const std::string& endpoint) const;
+  std::shared_ptr<const Conn> ConnOf(size_t member) const;
+  // A call on `member` ended with `s`: a transport failure that lasts
+  // rebuilds its channel (see Conn).
+  void NoteCall(size_t member, const absl::Status& s);
 
   // Runs `call(member, context)` on the member in use; on a transport
   // failure moves on to the next member and, when `retry` (reads), calls
@@ -152,12 +168,14 @@ class Client {
   // and calls again once, in any case.
   template <typename Call>
   absl::Status Run(int64_t timeout_ms, bool retry, const Call& call);
-  absl::Status Authenticate(Member& member, int64_t deadline_ms,
-                            std::string& token_out);
+  absl::Status Authenticate(const Conn& conn, const std::string& endpoint,
+                            int64_t deadline_ms, std::string& token_out);
   std::string Token();
 
   const ClientOptions options_;
-  std::vector<Member> members_;
+  std::shared_ptr<grpc::ChannelCredentials> creds_;  // set by Init
+  mutable std::mutex conns_mu_;
+  std::vector<Member> members_;  // its size is fixed by Init
   std::atomic<size_t> current_{0};
   std::atomic<uint64_t> txns_sent_{0};
   mutable std::mutex token_mu_;
