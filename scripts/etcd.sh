@@ -340,7 +340,8 @@ start() {
   fi
   if [ -n "$owner" ]; then
     # shellcheck disable=SC2016
-    setsid bash "$0" watch-owner "$owner" "$dir" >/dev/null 2>&1 </dev/null &
+    setsid bash "$0" watch-owner "$owner" "$dir" "$env_file" >/dev/null 2>&1 \
+      </dev/null &
   fi
   local lines
   lines=$(printf 'export TCC_ETCD_ENDPOINTS=%s\nexport TCC_ETCD_DIR=%s\nexport TCC_ETCD_TLS=%s\nexport TCC_ETCD_AUTH=%s\n' \
@@ -401,13 +402,17 @@ member() {
   esac
 }
 
-# Stops the cluster in $2 once process $1 is gone (start --owner-pid); ends
-# by itself when the cluster was stopped meanwhile.
+# Stops the cluster in $2 once process $1 is gone (start --owner-pid), and
+# removes its env file $3; ends by itself when the cluster was stopped
+# meanwhile.
 watch_owner() {
-  local owner=$1 dir=$2
+  local owner=$1 dir=$2 env_file=${3:-}
   check_dir "$dir"
   while kill -0 "$owner" 2>/dev/null && [ -d "$dir" ]; do sleep 1; done
-  if [ -d "$dir" ]; then stop_dir "$dir"; fi
+  if [ -d "$dir" ]; then
+    stop_dir "$dir"
+    if [ -n "$env_file" ]; then rm -f "$env_file"; fi
+  fi
 }
 
 # What an operator does when etcd is out of space (README "Cluster mode"):

@@ -88,7 +88,11 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
   return cluster;
 }
 
-EtcdCluster::~EtcdCluster() { (void)Script("stop " + env_file_); }
+EtcdCluster::~EtcdCluster() {
+  (void)Script("stop " + env_file_);  // removes the env file too
+  std::error_code ec;
+  std::filesystem::remove(env_file_, ec);  // a failed start leaves it
+}
 
 absl::Status EtcdCluster::Script(const std::string& args) const {
   const std::string command =

@@ -78,6 +78,7 @@ TEST_CASE("a cluster is created once; a node refuses a prefix without one") {
   const std::vector<std::string> etcd =
       tcc::etcd::testing::SharedEtcdEndpoints();
   const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-init");
+  const tcc::harness::Cleanup cleanup{dir};
   const std::string prefix = tcc::etcd::testing::UniqueKeyPrefix("init");
   const std::string config = WriteConfig(dir, etcd, prefix, 4);
   // No cluster there yet: refused (never taken for a new one).
@@ -171,6 +172,7 @@ TEST_CASE("another etcd under the cluster's prefix is DATA_LOSS (exit 3)") {
   REQUIRE(first.ok());
   REQUIRE(second.ok());
   const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-moved");
+  const tcc::harness::Cleanup cleanup{dir};
   const std::string prefix = "/tccd/";
   REQUIRE(
       RunTccd({"--config", WriteConfig(dir, (*first)->endpoints(), prefix, 4),
@@ -227,6 +229,7 @@ TEST_CASE(
   REQUIRE(at != std::string::npos);
   config.replace(at, one.size(), "node_id: node-2");
   const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-fence-2");
+  const tcc::harness::Cleanup cleanup{dir};
   {
     std::ofstream out(dir + "/tccd.yaml");
     out << config;
@@ -271,13 +274,13 @@ TEST_CASE(
   c.KillTccd();
   REQUIRE(c.StartTccd().ok());
   CHECK(c.CheckFinal(gids, 60000).ok());
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a second live tccd with the same node id refuses to start") {
   BankCluster c(Options("same-id", tcc::etcd::testing::SharedEtcdEndpoints()));
   REQUIRE(c.Start().ok());
   const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-same-id");
+  const tcc::harness::Cleanup cleanup{dir};
   auto [code, out] =
       RunTccd({"--config", c.tccd_config_path(), "--data-dir", dir + "/data",
                "--listen", "127.0.0.1:0", "--metrics-listen", "off"});
@@ -289,7 +292,6 @@ TEST_CASE("a second live tccd with the same node id refuses to start") {
   auto req = c.Transfer("bank-a", 1, "bank-b", 2, 1);
   CHECK(c.client().Submit(req).ok());
   CHECK(c.CheckFinal({req.gid()}, 30000).ok());
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE(
@@ -299,6 +301,7 @@ TEST_CASE(
       EtcdCluster::Start({.members = 1, .tls = true, .auth = true});
   REQUIRE(etcd.ok());
   const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-tls");
+  const tcc::harness::Cleanup cleanup{dir};
   const std::string certs = (*etcd)->dir();
   const std::string password_file = dir + "/etcd-password";
   {
@@ -349,5 +352,4 @@ TEST_CASE(
   INFO(loose_out);
   CHECK(loose == 2);
   CHECK_THAT(loose_out, Catch::Contains("cluster.etcd.password_file"));
-  std::filesystem::remove_all(dir);
 }
