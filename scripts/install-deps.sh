@@ -9,6 +9,10 @@
 #                                             found a dependency whose Debian
 #                                             package is not in the list (nor
 #                                             pulled in by one that is)
+#   scripts/install-deps.sh --unpack DIR      download the UNPACKED packages
+#                                             and unpack them under DIR/root
+#                                             (the build does this at
+#                                             configure time)
 set -euo pipefail
 
 PACKAGES=(
@@ -44,6 +48,21 @@ PACKAGES=(
   # offline
   python3 python3-grpcio python3-protobuf python3-psycopg2
   python3-prometheus-client python3-build python3-setuptools python3-wheel
+  # cluster mode: etcd for tests and demos (scripts/etcd.sh starts it; its
+  # system service is kept from starting, see install()), and etcdctl
+  etcd-server etcd-client
+)
+
+# Packages whose files the build needs but which are never installed: etcd's
+# own .proto files, from which the build generates its etcd client
+# (etcd-client/CMakeLists.txt). Installing them would pull about 140 Go
+# packages, so `--unpack DIR` fetches them with `apt-get download` and
+# unpacks them with `dpkg -x` into DIR/root, leaving DIR/<package>.stamp
+# (package and version) for `--check`.
+UNPACKED=(
+  golang-etcd-server-dev          # rpc.proto, kv.proto, auth.proto
+  golang-github-gogo-protobuf-dev # gogoproto/gogo.proto
+  golang-github-gogo-googleapis-dev # google/api/annotations.proto
 )
 
 missing() {
@@ -117,6 +136,40 @@ closure() {
   printf '%s\n' "${!seen[@]}"
 }
 
+# Downloads and unpacks the UNPACKED packages into $1/root (once: a package
+# whose stamp is there is not fetched again).
+unpack() {
+  local dir=$1
+  mkdir -p "$dir/root"
+  local p need=()
+  for p in "${UNPACKED[@]}"; do
+    [ -f "$dir/$p.stamp" ] || need+=("$p")
+  done
+  [ ${#need[@]} = 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  local tmp
+  tmp=$(mktemp -d)
+  chmod 777 "$tmp"  # apt-get download writes as the _apt user
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp'" RETURN
+  if ! (cd "$tmp" && apt-get download -qq "${need[@]}" >/dev/null 2>&1); then
+    $sudo apt-get update -qq
+    (cd "$tmp" && apt-get download -qq "${need[@]}" >/dev/null) ||
+      { echo "install-deps --unpack: apt-get download ${need[*]} failed" >&2; exit 1; }
+  fi
+  local deb
+  for deb in "$tmp"/*.deb; do
+    dpkg -x "$deb" "$dir/root"
+    printf '%s %s\n' "$(dpkg-deb -f "$deb" Package)" "$(dpkg-deb -f "$deb" Version)" \
+      >"$dir/$(dpkg-deb -f "$deb" Package).stamp"
+  done
+  for p in "${UNPACKED[@]}"; do
+    [ -f "$dir/$p.stamp" ] ||
+      { echo "install-deps --unpack: $p was not unpacked" >&2; exit 1; }
+  done
+}
+
 check() {
   local build_dir=$1
   local cache=$build_dir/CMakeCache.txt
@@ -153,8 +206,31 @@ check() {
   done < <(echo "$paths" | grep -E '^/usr/(lib|bin|sbin)/' | sed 's|^/usr||' | xargs -r dpkg -S 2>/dev/null || true)
 
   local bad=0 checked=0 path
+  # The unpacked packages (--unpack) own what is under the build's unpack
+  # dirs: each of them must have its stamp there.
+  local unpack_dirs=()
+  local d
+  for d in $(grep -E '^TCC_UNPACKED_DEBS_DIR:PATH=' "$cache" | sed -E 's/^[^=]*=//'); do
+    d=$(readlink -f "$d")
+    local p
+    for p in "${UNPACKED[@]}"; do
+      if [ ! -f "$d/$p.stamp" ]; then
+        echo "install-deps --check: $d holds no $p.stamp (not unpacked by --unpack?)" >&2
+        bad=1
+      fi
+    done
+    unpack_dirs+=("$d")
+  done
   while read -r path; do
     [ -z "$path" ] && continue
+    local under=0
+    for d in "${unpack_dirs[@]}"; do
+      case $path in "$d"|"$d"/*) under=1 ;; esac
+    done
+    if [ $under = 1 ]; then
+      checked=$((checked + 1))
+      continue
+    fi
     if [ -z "${owners[$path]:-}" ]; then
       echo "install-deps --check: $path belongs to no Debian package (installed by hand?)" >&2
       bad=1
@@ -185,7 +261,8 @@ while [ $# -gt 0 ]; do
     --check) mode=check ;;
     --build-dir) build_dir=$2; shift ;;
     --list) mode=list ;;
-    *) echo "usage: $0 [--check [--build-dir DIR]] [--list]" >&2; exit 2 ;;
+    --unpack) mode=unpack; unpack_dir=$2; shift ;;
+    *) echo "usage: $0 [--check [--build-dir DIR]] [--list] [--unpack DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -194,4 +271,5 @@ case $mode in
   install) install ;;
   check) check "$build_dir" ;;
   list) printf '%s\n' "${PACKAGES[@]}" ;;
+  unpack) unpack "$unpack_dir" ;;
 esac

@@ -7,6 +7,13 @@
 #   scripts/recovery-drill.sh          build, then the drill (< 2 minutes)
 #   scripts/recovery-drill.sh --keep   keep the logs and data (kept anyway
 #                                      on a violation; the path is printed)
+#   scripts/recovery-drill.sh --etcd   the same with tccd in cluster mode on
+#                                      etcd (DESIGN.md section 14): the etcd
+#                                      of TCC_ETCD_ENV_FILE (ctest's fixture)
+#                                      or TCC_ETCD_ENDPOINTS, else one this
+#                                      script starts (scripts/etcd.sh) and
+#                                      stops; a cluster of its own under a
+#                                      fresh key prefix
 #
 # Starts two bank participants (RocksDB) and tccd (RocksDB WAL, fsync on,
 # admin token file generated here, mode 0600) on 127.0.0.1 with ports the OS
@@ -22,11 +29,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keep=0
-case "${1:-}" in
-  "") ;;
-  --keep) keep=1 ;;
-  *) echo "usage: $0 [--keep]" >&2; exit 2 ;;
-esac
+on_etcd=0
+for arg in "$@"; do
+  case $arg in
+    --keep) keep=1 ;;
+    --etcd) on_etcd=1 ;;
+    *) echo "usage: $0 [--keep] [--etcd]" >&2; exit 2 ;;
+  esac
+done
 
 [ "${TCC_SKIP_BUILD:-0}" = 1 ] || scripts/build.sh >/dev/null
 build_dir=${TCC_BUILD_DIR:-build}
@@ -56,6 +66,9 @@ stop_all() {
     wait "$pid" 2>/dev/null || true
   done
   pids=()
+  if [ -n "${etcd_env_file:-}" ]; then
+    scripts/etcd.sh stop "$etcd_env_file" >/dev/null 2>&1 || true
+  fi
   if [ "$keep" = 1 ] || [ "$violations" -gt 0 ]; then
     echo "recovery-drill: logs and data kept in $dir"
   else
@@ -114,7 +127,35 @@ start "$dir/bank-b.log" "$bin_bank" --name bank-b --listen 127.0.0.1:0 \
   --initial-balance $initial_balance || { cat "$dir/bank-b.log" >&2; exit 1; }
 port_b=$port
 
-tccd_args=(--config config/tccd.yaml --data-dir "$dir/tccd"
+tccd_config=config/tccd.yaml
+wal_says="WAL $dir/tccd, fsync on"
+if [ $on_etcd = 1 ]; then
+  # config/tccd.yaml with its cluster: section (the file's last) replaced.
+  endpoints=""
+  if [ -n "${TCC_ETCD_ENV_FILE:-}" ]; then
+    endpoints=$(sed -n 's/^export TCC_ETCD_ENDPOINTS=//p' "$TCC_ETCD_ENV_FILE")
+  elif [ -n "${TCC_ETCD_ENDPOINTS:-}" ]; then
+    endpoints=$TCC_ETCD_ENDPOINTS
+  else
+    etcd_env_file=$dir/etcd.env
+    scripts/etcd.sh start --members 3 "$etcd_env_file" >/dev/null
+    endpoints=$(sed -n 's/^export TCC_ETCD_ENDPOINTS=//p' "$etcd_env_file")
+  fi
+  [ -n "$endpoints" ] || { echo "recovery-drill: --etcd: no etcd endpoints" >&2; exit 1; }
+  prefix="/tcc-recovery-drill/$(basename "$dir")/"
+  tccd_config=$dir/tccd.yaml
+  {
+    sed '/^cluster:/,$d' config/tccd.yaml
+    printf 'cluster:\n  enabled: true\n  node_id: drill-1\n'
+    printf '  advertise_address: 127.0.0.1:1\n  key_prefix: "%s"\n' "$prefix"
+    printf '  shards: 8\n  lease_ttl_ms: 2000\n  lease_margin_ms: 500\n'
+    printf '  etcd:\n    endpoints: [%s]\n' "$endpoints"
+  } >"$tccd_config"
+  "$bin_tccd" --config "$tccd_config" --init-cluster >"$dir/init-cluster.log" 2>&1 ||
+    { cat "$dir/init-cluster.log" >&2; exit 1; }
+  wal_says="WAL in etcd $endpoints under $prefix"
+fi
+tccd_args=(--config "$tccd_config" --data-dir "$dir/tccd"
   --metrics-listen off --admin-token-file "$dir/admin-tokens"
   --participant "bank-a=127.0.0.1:$port_a"
   --participant "bank-b=127.0.0.1:$port_b")
@@ -126,7 +167,7 @@ export TCCCTL_ADDR=127.0.0.1:$port_t
 export TCCCTL_TOKEN_FILE=$dir/admin-tokens
 ctl() { "$bin_ctl" "$@"; }
 
-echo "== tccd on 127.0.0.1:$port_t (WAL $dir/tccd, fsync on); bank-a :$port_a, bank-b :$port_b ($accounts accounts of $initial_balance each)"
+echo "== tccd on 127.0.0.1:$port_t ($wal_says); bank-a :$port_a, bank-b :$port_b ($accounts accounts of $initial_balance each)"
 ctl status
 
 # Sum of the in-flight counts in `tccctl --json status` output.

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> participants;
   bool allow_direct_targets = false;
   bool version = false;
+  bool init_cluster = false;
   app.add_option("--config", config_path,
                  "path to tccd.yaml (default: config/tccd.yaml if present)");
   app.add_option("--data-dir", data_dir, "overrides data_dir");
@@ -65,6 +66,9 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-direct-targets", allow_direct_targets,
                "overrides allow_direct_targets to true");
   app.add_flag("--version", version, "print the version and exit");
+  app.add_flag("--init-cluster", init_cluster,
+               "create the cluster under cluster.key_prefix in etcd (once: "
+               "refused if one is there) and exit");
   CLI11_PARSE(app, argc, argv);
   if (version) {
     std::printf("tccd %s\n", TCC_VERSION);
@@ -111,6 +115,17 @@ int main(int argc, char** argv) {
           tcc::server::ConfigureLogging(config.log.level, config.log.format);
       !s.ok()) {
     return Fail(s.ToString());
+  }
+
+  if (init_cluster) {
+    absl::StatusOr<std::string> made = tcc::server::InitCluster(config);
+    if (!made.ok()) {
+      std::fprintf(stderr, "tccd: --init-cluster: %s\n",
+                   made.status().ToString().c_str());
+      return made.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    std::printf("tccd: %s\n", made->c_str());
+    return 0;
   }
 
   // Signals are taken synchronously by this thread only.

@@ -3,7 +3,9 @@
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -13,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 
 namespace tcc::harness {
 namespace {
@@ -31,10 +34,45 @@ std::string ReadWholeFile(const std::string& path) {
   return text.str();
 }
 
+std::string EnvFileValue(const std::string& file, const std::string& name) {
+  std::ifstream in(file);
+  std::string line;
+  const std::string prefix = "export " + name + "=";
+  while (std::getline(in, line)) {
+    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+  }
+  return "";
+}
+
 }  // namespace
 
+ClusterEtcd EtcdFromEnvironment() {
+  ClusterEtcd etcd;
+  const char* wal = std::getenv("TCC_TCCD_WAL");
+  if (wal == nullptr || std::string(wal) != "etcd") return etcd;
+  std::string endpoints;
+  if (const char* file = std::getenv("TCC_ETCD_ENV_FILE")) {
+    endpoints = EnvFileValue(file, "TCC_ETCD_ENDPOINTS");
+  } else if (const char* e = std::getenv("TCC_ETCD_ENDPOINTS")) {
+    endpoints = e;
+  }
+  // TCC_TCCD_WAL=etcd without an etcd: tccd gets no endpoint and refuses to
+  // start, so the test fails (it never silently runs on RocksDB).
+  etcd.endpoints = absl::StrSplit(endpoints, ',', absl::SkipEmpty());
+  if (etcd.endpoints.empty()) etcd.endpoints = {"127.0.0.1:1"};
+  return etcd;
+}
+
 BankCluster::BankCluster(ClusterOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)) {
+  if (options_.etcd.endpoints.empty()) options_.etcd = EtcdFromEnvironment();
+  if (on_etcd() && options_.etcd.key_prefix.empty()) {
+    static std::atomic<int> n{0};
+    options_.etcd.key_prefix = absl::StrCat(
+        "/tcc-harness/", ::getpid(), "-", n++, "-",
+        std::chrono::steady_clock::now().time_since_epoch().count(), "/");
+  }
+}
 
 BankCluster::~BankCluster() {
   if (tccd_) tccd_->Kill();
@@ -198,11 +236,41 @@ absl::Status BankCluster::StartTccd() {
                                    options_.metrics ? "127.0.0.1:0" : "off",
                                    "--log-level",
                                    "info"};
-  if (pki_) {
-    auto config = WriteTlsTccdConfig();
+  // A test's own --config (in tccd_args) is merged into the config the
+  // harness writes, when it writes one (tccd reads one config file).
+  std::vector<std::string> extra_args;
+  std::string own_config;
+  for (size_t i = 0; i < options_.tccd_args.size(); ++i) {
+    const std::string& a = options_.tccd_args[i];
+    if ((pki_ || on_etcd()) && a == "--config" &&
+        i + 1 < options_.tccd_args.size()) {
+      own_config = ReadWholeFile(options_.tccd_args[++i]);
+      continue;
+    }
+    extra_args.push_back(a);
+  }
+  if (pki_ || on_etcd()) {
+    auto config = WriteTccdConfig(own_config);
     if (!config.ok()) return config.status();
+    tccd_config_path_ = *config;
     argv.push_back("--config");
     argv.push_back(*config);
+    if (on_etcd() && tccd_starts_ == 0) {
+      // The cluster is created once, before the first start.
+      auto init = Process::Start(ProcessOptions{
+          {options_.tccd_bin, "--config", *config, "--init-cluster"},
+          options_.tccd_env,
+          options_.root_dir + "/tccd-init.log",
+          "tccd --init-cluster"});
+      if (!init.ok()) return init.status();
+      auto code = (*init)->Wait(kStartTimeoutMs);
+      if (!code.ok()) return code.status();
+      if (*code != 0) {
+        return absl::InternalError(
+            absl::StrCat("tccd --init-cluster exited ", *code, ": ",
+                         ReadWholeFile(options_.root_dir + "/tccd-init.log")));
+      }
+    }
   } else {
     for (const auto& name : options_.banks) {
       auto py = options_.python_banks.find(name);
@@ -214,7 +282,7 @@ absl::Status BankCluster::StartTccd() {
           http ? "=http://127.0.0.1:" : "=127.0.0.1:", bank_ports_[name]));
     }
   }
-  for (const auto& a : options_.tccd_args) argv.push_back(a);
+  for (const auto& a : extra_args) argv.push_back(a);
   ++tccd_starts_;
   // A port just released by a killed tccd can take a moment to be free.
   absl::Status last;
@@ -251,15 +319,46 @@ absl::StatusOr<int> BankCluster::StopTccd(int64_t timeout_ms) {
   return tccd_->Wait(timeout_ms);
 }
 
-absl::StatusOr<std::string> BankCluster::WriteTlsTccdConfig() {
+std::string BankCluster::ClusterYaml() const {
+  const ClusterEtcd& e = options_.etcd;
+  std::string yaml = absl::StrCat(
+      "cluster:\n  enabled: true\n  node_id: ", e.node_id,
+      "\n  advertise_address: 127.0.0.1:", tccd_port_ == 0 ? 1 : tccd_port_,
+      "\n  key_prefix: \"", e.key_prefix, "\"\n  shards: ", e.shards,
+      "\n  lease_ttl_ms: ", e.lease_ttl_ms,
+      "\n  lease_margin_ms: ", e.lease_margin_ms,
+      "\n  dedup_window_ms: 3600000\n  min_dedup_window_ms: 0",
+      "\n  etcd:\n    endpoints: [", absl::StrJoin(e.endpoints, ", "), "]\n");
+  if (!pki_) {
+    absl::StrAppend(&yaml, "participants:\n");
+    for (const auto& name : options_.banks) {
+      absl::StrAppend(&yaml, "  ", name,
+                      ":\n    address: 127.0.0.1:", bank_ports_.at(name), "\n");
+    }
+  }
+  return yaml;
+}
+
+absl::StatusOr<std::string> BankCluster::WriteTccdConfig(
+    const std::string& own_config) {
+  std::string yaml = own_config;
+  if (!yaml.empty() && yaml.back() != '\n') yaml += '\n';
+  if (on_etcd()) yaml += ClusterYaml();
+  if (!pki_) {
+    const std::string path = options_.root_dir + "/tccd-cluster.yaml";
+    std::ofstream out(path, std::ios::trunc);
+    out << yaml;
+    out.close();
+    if (!out) return absl::InternalError("cannot write " + path);
+    return path;
+  }
   // Paths are quoted: the root dir is a temp dir without quotes in it.
   auto q = [](const std::string& path) {
     return absl::StrCat("\"", path, "\"");
   };
-  std::string yaml =
-      absl::StrCat("tls:\n  mode: ", options_.tls.listener_mode,
-                   "\n  cert_file: ", q(pki_->server().cert_file),
-                   "\n  key_file: ", q(pki_->server().key_file), "\n");
+  yaml += absl::StrCat("tls:\n  mode: ", options_.tls.listener_mode,
+                       "\n  cert_file: ", q(pki_->server().cert_file),
+                       "\n  key_file: ", q(pki_->server().key_file), "\n");
   if (options_.tls.listener_mode == "mtls") {
     absl::StrAppend(&yaml, "  client_ca_file: ", q(pki_->ca_file()), "\n");
   }

@@ -54,6 +54,24 @@ struct PythonBank {
   std::string store = "sqlite";
 };
 
+// tccd in cluster mode on etcd (DESIGN.md section 14): one node owning
+// every shard, under a key prefix of its own. The cluster is created with
+// `tccd --init-cluster` before tccd's first start.
+struct ClusterEtcd {
+  std::vector<std::string> endpoints;  // empty: tccd on its RocksDB WAL
+  std::string key_prefix;              // empty: a fresh one
+  uint32_t shards = 8;
+  int64_t lease_ttl_ms = 2000;
+  int64_t lease_margin_ms = 500;
+  std::string node_id = "node-1";
+};
+
+// The etcd the environment names for a second configuration of a test:
+// with TCC_TCCD_WAL=etcd, the fixture's cluster (TCC_ETCD_ENV_FILE, or
+// TCC_ETCD_ENDPOINTS) and a fresh key prefix; else none. BankCluster uses it
+// when its options name no etcd.
+ClusterEtcd EtcdFromEnvironment();
+
 struct ClusterOptions {
   std::string root_dir;  // data dirs and logs go under it
   // Remove root_dir when the cluster goes (unless TCC_KEEP_TEST_DIRS is set):
@@ -79,6 +97,8 @@ struct ClusterOptions {
   std::map<std::string, PythonBank> python_banks;
   std::string python_bank_script;
   std::string python_path;
+  // Empty endpoints: EtcdFromEnvironment() decides.
+  ClusterEtcd etcd;
 };
 
 class BankCluster {
@@ -116,6 +136,9 @@ class BankCluster {
   std::shared_ptr<grpc::ChannelCredentials> ClientCredentials() const;
 
   int tccd_port() const { return tccd_port_; }
+  // The config file the harness wrote for tccd's last start (TLS or
+  // cluster mode; empty otherwise).
+  const std::string& tccd_config_path() const { return tccd_config_path_; }
   // tccd's metrics port (options.metrics), as of its last start.
   int tccd_metrics_port() const { return tccd_metrics_port_; }
   int bank_port(const std::string& name) { return bank_ports_[name]; }
@@ -148,15 +171,26 @@ class BankCluster {
   }
 
  private:
-  // Writes tccd's YAML config for a TLS cluster; returns its path.
-  [[nodiscard]] absl::StatusOr<std::string> WriteTlsTccdConfig();
+  // Writes tccd's YAML config (the test's own `own_config` text, then TLS,
+  // the participants, cluster mode); returns its path.
+  [[nodiscard]] absl::StatusOr<std::string> WriteTccdConfig(
+      const std::string& own_config);
+  // The config's `cluster:` section, and the participants in plaintext.
+  std::string ClusterYaml() const;
 
+ public:
+  // True when tccd runs on etcd.
+  bool on_etcd() const { return !options_.etcd.endpoints.empty(); }
+  const ClusterEtcd& etcd() const { return options_.etcd; }
+
+ private:
   ClusterOptions options_;
   std::optional<TestPki> pki_;
   CertFiles tccd_cert_;
   CertFiles harness_cert_;
   std::unique_ptr<Process> tccd_;
   int tccd_port_ = 0;
+  std::string tccd_config_path_;
   int tccd_metrics_port_ = 0;
   int tccd_starts_ = 0;
   std::map<std::string, std::unique_ptr<Process>> banks_;

@@ -537,7 +537,9 @@ TEST_CASE("limits.max_in_flight: new transactions beyond it are refused") {
   CHECK_OK(c.CheckFinal(gids, 45000));
 }
 
-TEST_CASE("a Submit whose deadline the WAL's queue cannot meet is shed") {
+// RocksDB-only: the slow sync is a failpoint of the RocksDB WAL.
+TEST_CASE("a Submit whose deadline the WAL's queue cannot meet is shed",
+          "[rocksdb-only]") {
   ClusterOptions o = Options("shed");
   // Every WAL sync takes 300 ms: a registration is durable after that.
   o.tccd_env = {{"TCC_FAILPOINTS", "wal.before_sync=sleep(300)"}};

@@ -4,6 +4,7 @@
 // auto-synced: SimLoop group-commits when the executor is idle). No sleeps.
 #include "runtime/driver.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <limits>
 #include <map>
@@ -625,14 +626,14 @@ TEST_CASE(
   Result r = h.Submit(h.Spec("g1", 2));
   REQUIRE(h.Wait(r));
   REQUIRE(h.log.RunRetention(h.clock.WallMs() + 30LL * 24 * 3600 * 1000).ok());
-  REQUIRE(h.log.DedupHorizonMs() > 0);  // g1 was forgotten
+  REQUIRE(h.log.DedupHorizonMs(0) > 0);  // g1 was forgotten
   core::SubmitSpec retry = h.Spec("g1", 2);
-  retry.created_at_ms = h.log.DedupHorizonMs() - 1;
+  retry.created_at_ms = h.log.DedupHorizonMs(0) - 1;
   Result old = h.Submit(retry);
   REQUIRE(h.Wait(old));
   CHECK(old->value().status().code() == absl::StatusCode::kFailedPrecondition);
   core::SubmitSpec bad = h.Spec("g3", 1);
-  bad.created_at_ms = h.log.DedupHorizonMs() + 1;
+  bad.created_at_ms = h.log.DedupHorizonMs(0) + 1;
   bad.branches[0].participant = "p9";
   Result unknown = h.Submit(bad);
   REQUIRE(h.Wait(unknown));
@@ -672,17 +673,21 @@ class ForwardingLog : public wal::Log {
   absl::StatusOr<wal::ListPage> List(const wal::ListQuery& q) override {
     return inner_.List(q);
   }
+  uint32_t shard_count() const override { return inner_.shard_count(); }
   absl::Status ScanUnfinished(
+      uint32_t shard,
       const std::function<absl::Status(wal::TxnLog)>& fn) override {
-    return inner_.ScanUnfinished(fn);
+    return inner_.ScanUnfinished(shard, fn);
   }
-  absl::StatusOr<uint64_t> TakeOwnerEpoch() override {
-    return inner_.TakeOwnerEpoch();
+  absl::StatusOr<uint64_t> TakeOwnerEpoch(uint32_t shard) override {
+    return inner_.TakeOwnerEpoch(shard);
   }
   absl::Status RunRetention(int64_t now_ms) override {
     return inner_.RunRetention(now_ms);
   }
-  int64_t DedupHorizonMs() const override { return inner_.DedupHorizonMs(); }
+  int64_t DedupHorizonMs(uint32_t shard) const override {
+    return inner_.DedupHorizonMs(shard);
+  }
   wal::LogStats Stats() const override { return inner_.Stats(); }
 
  protected:
@@ -878,8 +883,9 @@ class CountingScanLog final : public ForwardingLog {
  public:
   using ForwardingLog::ForwardingLog;
   absl::Status ScanUnfinished(
+      uint32_t shard,
       const std::function<absl::Status(wal::TxnLog)>& fn) override {
-    return inner_.ScanUnfinished([&](wal::TxnLog t) {
+    return inner_.ScanUnfinished(shard, [&](wal::TxnLog t) {
       ++scanned;
       return fn(std::move(t));
     });
@@ -1341,4 +1347,64 @@ TEST_CASE("the try-deadline fires on the monotonic clock after a set-back") {
   h.CheckInvariants();
 }
 
+}  // namespace tcc::runtime
+
+namespace tcc::runtime {
+namespace {
+
+// Cluster mode (DESIGN.md section 14): past its lease's trust a node sends
+// no participant call; a lost log shard drops its owners.
+
+TEST_CASE("cluster: while may_call refuses, nothing is sent; then it goes on",
+          "[driver]") {
+  auto trusted = std::make_shared<std::atomic<bool>>(false);
+  DriverOptions o;
+  o.may_call = [trusted](const std::string&) { return trusted->load(); };
+  Harness h(2, o);
+  core::SubmitSpec spec = h.Spec("g1", 2);
+  spec.try_timeout_ms = 60000;
+  Result r = h.Submit(std::move(spec));
+  // Its first Trys are not sent: they fail, and the Cancels wait (unknown,
+  // retried) while the lease is not trusted.
+  CHECK_FALSE(h.Run([&] { return r->has_value(); }, 1000));
+  CHECK(h.StoredState("g1") == TxnState::kCancelling);
+  for (const auto& [name, p] : h.parts) CHECK(p->Records().empty());
+  // Trusted again: the Cancels go (empty rollbacks), and new transactions
+  // are confirmed.
+  *trusted = true;
+  REQUIRE(h.Wait(r));
+  REQUIRE(r->value().ok());
+  CHECK(r->value()->transaction.state == TxnState::kCancelled);
+  Result next = h.Submit(h.Spec("g2", 2));
+  REQUIRE(h.Wait(next));
+  REQUIRE(next->value().ok());
+  CHECK(next->value()->transaction.state == TxnState::kConfirmed);
+  h.CheckInvariants();
+}
+
+TEST_CASE(
+    "cluster: a lost log shard answers its waiting callers and new "
+    "requests UNAVAILABLE, and sends nothing more",
+    "[driver]") {
+  DriverOptions o;
+  o.may_call = [](const std::string&) { return false; };  // keeps g1 open
+  Harness h(2, o);
+  core::SubmitSpec spec = h.Spec("g1", 2);
+  spec.try_timeout_ms = 60000;
+  Result r = h.Submit(std::move(spec));
+  CHECK_FALSE(h.Run([&] { return r->has_value(); }, 500));
+  h.driver->DropLogShard(0, absl::UnavailableError("its fence was refused"));
+  REQUIRE(h.Wait(r, 1000));
+  CHECK(absl::IsUnavailable(r->value().status()));
+  Result fresh = h.Submit(h.Spec("g2", 2));
+  REQUIRE(h.Wait(fresh, 1000));
+  CHECK(absl::IsUnavailable(fresh->value().status()));
+  for (const auto& [name, p] : h.parts) CHECK(p->Records().empty());
+  // g1 stays as the log has it (its Cancel decided, not sent), for the
+  // shard's new owner; g2 was never written.
+  CHECK(h.StoredState("g1") == TxnState::kCancelling);
+  CHECK(absl::IsNotFound(h.log.Read("g2").status()));
+}
+
+}  // namespace
 }  // namespace tcc::runtime

@@ -334,3 +334,62 @@ TEST_CASE("--participant flag with an HTTP url") {
   CHECK(c.participants.count("r") == 0);
   CHECK(tcc::server::ValidateConfig(c).ok());
 }
+
+TEST_CASE("cluster: off by default; when on, every key is checked by name") {
+  {
+    auto c = ParseConfig("", "empty.yaml");
+    REQUIRE(c.ok());
+    CHECK_FALSE(c->cluster.enabled);
+    CHECK(c->cluster.shards == 64);
+    CHECK(c->cluster.lease_ttl_ms == 5000);
+  }
+  const std::string base =
+      "cluster:\n  enabled: true\n  node_id: n1\n"
+      "  advertise_address: 127.0.0.1:7070\n"
+      "  etcd:\n    endpoints: [127.0.0.1:2379, 127.0.0.1:2380]\n";
+  {
+    auto c = ParseConfig(base, "ok.yaml");
+    INFO(c.status().ToString());
+    REQUIRE(c.ok());
+    CHECK(c->cluster.etcd.endpoints.size() == 2);
+    CHECK(c->cluster.key_prefix == "/tccd/");
+  }
+  CHECK_THAT(ErrorOf("cluster:\n  enabled: true\n"),
+             Catch::Contains("cluster.node_id"));
+  CHECK_THAT(ErrorOf("cluster:\n  enabled: true\n  node_id: n1\n"),
+             Catch::Contains("cluster.advertise_address"));
+  CHECK_THAT(ErrorOf("cluster:\n  enabled: true\n  node_id: n1\n"
+                     "  advertise_address: 127.0.0.1:1\n"),
+             Catch::Contains("cluster.etcd.endpoints"));
+  CHECK_THAT(ErrorOf(base + "  node_id_typo: x\n"),
+             Catch::Contains("cluster.node_id_typo: unknown key"));
+  CHECK_THAT(ErrorOf(base + "  lease_ttl_ms: 2500\n"),
+             Catch::Contains("cluster.lease_ttl_ms: whole seconds"));
+  CHECK_THAT(ErrorOf(base + "  lease_ttl_ms: 1000\n"),
+             Catch::Contains("cluster.lease_ttl_ms: must be between"));
+  CHECK_THAT(ErrorOf(base + "  lease_margin_ms: 3000\n"),
+             Catch::Contains("cluster.lease_margin_ms"));
+  CHECK_THAT(ErrorOf(base + "  key_prefix: /tccd\n"),
+             Catch::Contains("cluster.key_prefix: must end with '/'"));
+  CHECK_THAT(ErrorOf(base + "  shards: 0\n"),
+             Catch::Contains("cluster.shards: must be between"));
+  CHECK_THAT(ErrorOf("cluster:\n  enabled: true\n  node_id: bad/id\n"
+                     "  advertise_address: 127.0.0.1:7070\n"
+                     "  etcd:\n    endpoints: [127.0.0.1:2379]\n"),
+             Catch::Contains("cluster.node_id: 1-64 bytes"));
+  CHECK_THAT(ErrorOf(base + "  min_dedup_window_ms: 7200000\n"),
+             Catch::Contains("cluster.min_dedup_window_ms"));
+  CHECK_THAT(ErrorOf(base + "    user: tcc\n"),
+             Catch::Contains("cluster.etcd.password"));
+  CHECK_THAT(ErrorOf(base + "    ca_file: /x.pem\n"),
+             Catch::Contains("cluster.etcd.tls"));
+  CHECK_THAT(ErrorOf(base + "    tls: true\n    cert_file: /c.pem\n"),
+             Catch::Contains("cluster.etcd.key_file"));
+  CHECK_THAT(ErrorOf("cluster:\n  enabled: true\n  node_id: n1\n"
+                     "  advertise_address: 127.0.0.1:7070\n"
+                     "  etcd:\n    endpoints: [http://127.0.0.1:2379]\n"),
+             Catch::Contains("cluster.etcd.endpoints"));
+  // Off: the section may be incomplete (nothing of it is used).
+  CHECK(ParseConfig("cluster:\n  enabled: false\n  shards: 16\n", "off.yaml")
+            .ok());
+}

@@ -277,7 +277,7 @@ TEST_CASE("an injected sync error fails every waiting append, then all") {
       *log,
       Req("later", {MakeRegistered("later", 1)}, Durability::kBuffered))));
   CHECK(absl::IsUnavailable(PutApprovalAndWait(*log, Approval{})));
-  CHECK(absl::IsUnavailable(log->TakeOwnerEpoch().status()));
+  CHECK(absl::IsUnavailable(log->TakeOwnerEpoch(0).status()));
   // Reads are refused too: the failed appends were written to RocksDB before
   // their sync failed, so a read could show a record that was never durable
   // (a decision reloaded from it would be acted on: found by the crash
@@ -286,7 +286,7 @@ TEST_CASE("an injected sync error fails every waiting append, then all") {
   CHECK(absl::IsUnavailable(log->Read("ok").status()));
   CHECK(absl::IsUnavailable(log->List(ListQuery{}).status()));
   CHECK(absl::IsUnavailable(
-      log->ScanUnfinished([](TxnLog) { return absl::OkStatus(); })));
+      log->ScanUnfinished(0, [](TxnLog) { return absl::OkStatus(); })));
   // Reopening recovers what was synced.
   log.reset();
   options.file_system = nullptr;
@@ -462,7 +462,7 @@ TEST_CASE("a stored counter that does not decode fails the open, naming it") {
   options.data_dir = dir.str();
   {
     auto log = OpenOrDie(options);
-    REQUIRE(log->TakeOwnerEpoch().ok());
+    REQUIRE(log->TakeOwnerEpoch(0).ok());
     REQUIRE(AppendAndWait(*log, Req("g", {MakeRegistered("g", 1)})).ok());
   }
   RawPut(dir, key, std::string(size, '\x07'));
@@ -518,7 +518,7 @@ TEST_CASE("a stored counter that can't be read fails the open") {
   RawFlush(dir);
   {
     auto log = OpenOrDie(options);
-    REQUIRE(log->TakeOwnerEpoch().ok());
+    REQUIRE(log->TakeOwnerEpoch(0).ok());
   }
   RawFlush(dir);
   const std::string table = TableHoldingOnly(dir, internal::keys::kOwnerEpoch);
@@ -594,10 +594,11 @@ TEST_CASE("a scan's warm-up never brings back a summary changed after it") {
   REQUIRE(failpoint::Configure("wal.scan_before_warm=sleep(800)").ok());
   std::vector<TxnLog> seen;
   std::thread scan([&] {
-    CHECK(log->ScanUnfinished([&](TxnLog txn) {
-               seen.push_back(std::move(txn));
-               return absl::OkStatus();
-             })
+    CHECK(log->ScanUnfinished(0,
+                              [&](TxnLog txn) {
+                                seen.push_back(std::move(txn));
+                                return absl::OkStatus();
+                              })
               .ok());
   });
   // The scan has read "g" (2 records, TRYING) and stalls before warming:
@@ -656,10 +657,11 @@ TEST_CASE("appends after a scan's warm-up write what a cold index writes") {
       auto log = OpenOrDie(options);
       if (scan) {
         int visited = 0;
-        REQUIRE(log->ScanUnfinished([&](TxnLog) {
-                     ++visited;
-                     return absl::OkStatus();
-                   })
+        REQUIRE(log->ScanUnfinished(0,
+                                    [&](TxnLog) {
+                                      ++visited;
+                                      return absl::OkStatus();
+                                    })
                     .ok());
         CHECK(visited == 600);
       }

@@ -46,7 +46,7 @@ void UseLog(const RocksDbLogOptions& options, const std::string& prefix) {
     absl::StatusOr<std::unique_ptr<RocksDbLog>> log = RocksDbLog::Open(options);
     INFO(log.status().ToString());
     REQUIRE(log.ok());
-    REQUIRE((*log)->TakeOwnerEpoch().ok());
+    REQUIRE((*log)->TakeOwnerEpoch(0).ok());
     const std::string gid = prefix + std::to_string(round);
     REQUIRE(AppendAndWait(**log, Req(gid, {MakeRegistered(gid, 1)})).ok());
   }

@@ -113,10 +113,11 @@ TxnState StateOf(Log& log, const std::string& gid) {
 
 std::set<std::string> Unfinished(Log& log) {
   std::set<std::string> gids;
-  REQUIRE(log.ScanUnfinished([&](TxnLog txn) {
-               gids.insert(txn.summary.gid);
-               return absl::OkStatus();
-             })
+  REQUIRE(log.ScanUnfinished(0,
+                             [&](TxnLog txn) {
+                               gids.insert(txn.summary.gid);
+                               return absl::OkStatus();
+                             })
               .ok());
   return gids;
 }
@@ -199,7 +200,7 @@ TEST_CASE("a data dir of format version 1 is read, upgraded and appended to") {
     CHECK(Unfinished(*log) == std::set<std::string>{"v1-deadline", "v1-gate",
                                                     "v1-open", "v1-trying"});
     CHECK(log->Stats().unfinished == 4);
-    CHECK(log->TakeOwnerEpoch().value() == 3);  // the old log took 1 and 2
+    CHECK(log->TakeOwnerEpoch(0).value() == 3);  // the old log took 1 and 2
 
     // The old summaries drive the append rules: a decision is written once.
     CHECK(absl::IsFailedPrecondition(AppendAndWait(

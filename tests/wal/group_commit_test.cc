@@ -217,7 +217,7 @@ TEST_CASE("retention runs while appends go on") {
   REQUIRE(log.RunRetention(1000).ok());
   appender.join();
   CHECK(absl::IsNotFound(log.Read("old0").status()));
-  CHECK(log.DedupHorizonMs() == 300);
+  CHECK(log.DedupHorizonMs(0) == 300);
   CHECK(log.Stats().unfinished == 200);
   ListQuery q;
   q.page_size = 1000;

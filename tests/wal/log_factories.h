@@ -7,7 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "tcc/etcd/client.h"
+#include "tcc/etcd/lease_keeper.h"
+#include "tcc/wal/etcd_log.h"
 #include "tcc/wal/log.h"
+#include "temp_dir.h"
 
 namespace tcc::wal::testing {
 
@@ -23,8 +27,43 @@ class LogHarness {
 struct LogFactory {
   std::string name;
   std::function<std::unique_ptr<LogHarness>(const RetentionPolicy&)> make;
+  // Whether Stats() gives oldest_unfinished_registered_ms (log.h).
+  bool tracks_oldest_unfinished = true;
 };
 
 std::vector<LogFactory> LogFactories();
+
+// The etcd log over a cluster of its own under a fresh key prefix of the
+// fixture's etcd (or of `endpoints`), its lease kept alive by the harness,
+// every shard taken at each (re)open.
+struct EtcdHarnessOptions {
+  std::vector<std::string> endpoints;  // empty: the fixture's
+  uint32_t shards = 1;
+  size_t max_txn_ops = 1024;
+  size_t max_request_bytes = 4 << 20;
+};
+
+class EtcdHarness final : public LogHarness {
+ public:
+  explicit EtcdHarness(const RetentionPolicy& retention,
+                       EtcdHarnessOptions options = {});
+  ~EtcdHarness() override;
+  Log& log() override;
+  void Reopen() override;
+  EtcdLog& etcd_log() { return *log_; }
+  etcd::Client& client() { return *client_; }
+  const std::string& prefix() const { return prefix_; }
+  int64_t lease_id() const { return keeper_->lease_id(); }
+  EtcdLogOptions& log_options() { return log_options_; }
+
+ private:
+  EtcdHarnessOptions options_;
+  TempDir archive_dir_;
+  std::unique_ptr<etcd::Client> client_;
+  std::string prefix_;
+  std::unique_ptr<etcd::LeaseKeeper> keeper_;
+  EtcdLogOptions log_options_;
+  std::unique_ptr<EtcdLog> log_;
+};
 
 }  // namespace tcc::wal::testing

@@ -122,11 +122,11 @@ TEST_CASE("owner epoch and horizon survive any crash") {
              rec.Callback(2));
   log.SyncNow();
   REQUIRE(log.RunRetention(60).ok());
-  CHECK(log.DedupHorizonMs() == 42);
-  const uint64_t epoch = *log.TakeOwnerEpoch();
+  CHECK(log.DedupHorizonMs(0) == 42);
+  const uint64_t epoch = *log.TakeOwnerEpoch(0);
   log.Crash(0);
-  CHECK(log.DedupHorizonMs() == 42);
-  CHECK(*log.TakeOwnerEpoch() > epoch);
+  CHECK(log.DedupHorizonMs(0) == 42);
+  CHECK(*log.TakeOwnerEpoch(0) > epoch);
   CHECK(absl::IsNotFound(log.Read("g1").status()));
 }
 
@@ -149,7 +149,7 @@ TEST_CASE("an injected write failure fails stop until a crash") {
   CHECK(absl::IsDataLoss(rec.done[2].second));
   log.PutApproval(Approval{}, rec.Callback(4));
   CHECK(absl::IsDataLoss(rec.done[3].second));
-  CHECK(absl::IsDataLoss(log.TakeOwnerEpoch().status()));
+  CHECK(absl::IsDataLoss(log.TakeOwnerEpoch(0).status()));
   CHECK(absl::IsDataLoss(log.RunRetention(1)));
   CHECK(log.SyncNow() == 0);
   CHECK(absl::IsDataLoss(log.failure()));
@@ -226,7 +226,7 @@ TEST_CASE("the size budget compacts the oldest finished first") {
     INFO(i);
     CHECK(log.Read("f" + std::to_string(i))->summary.compacted == (i >= 7));
   }
-  CHECK(log.DedupHorizonMs() == 0);
+  CHECK(log.DedupHorizonMs(0) == 0);
 }
 
 // Random histories: after a crash, every acknowledged durable append is there

@@ -234,7 +234,8 @@ absl::StatusOr<ListPage> MemoryLog::List(const ListQuery& query) {
 }
 
 absl::Status MemoryLog::ScanUnfinished(
-    const std::function<absl::Status(TxnLog)>& visit) {
+    uint32_t shard, const std::function<absl::Status(TxnLog)>& visit) {
+  if (shard != 0) return absl::InvalidArgumentError("the log has one shard");
   std::vector<TxnLog> unfinished;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -252,7 +253,8 @@ absl::Status MemoryLog::ScanUnfinished(
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> MemoryLog::TakeOwnerEpoch() {
+absl::StatusOr<uint64_t> MemoryLog::TakeOwnerEpoch(uint32_t shard) {
+  if (shard != 0) return absl::InvalidArgumentError("the log has one shard");
   std::lock_guard<std::mutex> lock(mu_);
   if (!failure_.ok()) return failure_;
   return ++owner_epoch_;
@@ -321,7 +323,7 @@ absl::Status MemoryLog::RunRetention(int64_t now_ms) {
   return absl::OkStatus();
 }
 
-int64_t MemoryLog::DedupHorizonMs() const {
+int64_t MemoryLog::DedupHorizonMs(uint32_t /*shard*/) const {
   std::lock_guard<std::mutex> lock(mu_);
   return dedup_horizon_ms_;
 }

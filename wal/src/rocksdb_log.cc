@@ -1621,12 +1621,14 @@ absl::StatusOr<ListPage> RocksDbLog::List(const ListQuery& query) {
 }
 
 absl::Status RocksDbLog::ScanUnfinished(
-    const std::function<absl::Status(TxnLog)>& visit) {
+    uint32_t shard, const std::function<absl::Status(TxnLog)>& visit) {
+  if (shard != 0) return absl::InvalidArgumentError("the log has one shard");
   if (absl::Status f = impl_->failure(); !f.ok()) return f;
   return impl_->StopIfCorrupt(impl_->ScanUnfinished(visit));
 }
 
-absl::StatusOr<uint64_t> RocksDbLog::TakeOwnerEpoch() {
+absl::StatusOr<uint64_t> RocksDbLog::TakeOwnerEpoch(uint32_t shard) {
+  if (shard != 0) return absl::InvalidArgumentError("the log has one shard");
   return impl_->TakeOwnerEpoch();
 }
 
@@ -1634,7 +1636,9 @@ absl::Status RocksDbLog::RunRetention(int64_t now_ms) {
   return impl_->RunRetention(now_ms);
 }
 
-int64_t RocksDbLog::DedupHorizonMs() const { return impl_->horizon(); }
+int64_t RocksDbLog::DedupHorizonMs(uint32_t /*shard*/) const {
+  return impl_->horizon();
+}
 
 LogStats RocksDbLog::Stats() const { return impl_->Stats(); }
 

@@ -114,15 +114,29 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     rh.resume = [weak](std::shared_ptr<wal::TxnLog> t) {
       if (auto self = weak.lock()) self->ResumeScanned(std::move(t));
     };
-    rh.scanned = [weak](size_t n) {
-      if (auto self = weak.lock()) self->observer_->OnRecovered(n);
+    // OnRecovered once, when every shard's scan ended.
+    auto scans_left =
+        std::make_shared<std::atomic<uint32_t>>(log_.shard_count());
+    auto found = std::make_shared<std::atomic<size_t>>(0);
+    rh.scanned = [weak, scans_left, found](size_t n) {
+      const size_t total = found->fetch_add(n) + n;
+      if (scans_left->fetch_sub(1) != 1) return;
+      if (auto self = weak.lock()) self->observer_->OnRecovered(total);
     };
     rh.failed = [weak](const absl::Status& st) {
       if (auto self = weak.lock()) self->observer_->OnFatal(st);
     };
-    recovery_ = std::make_unique<Recovery>(
-        log_, RecoveryOptions{options_.recovery_window, may_wait}, budget_,
-        std::move(rh));
+    // One scan per shard of the log (DESIGN.md section 14: a cluster node
+    // scans each shard it takes), sharing the window between them.
+    const uint32_t log_shards = log_.shard_count();
+    const size_t window = std::max<size_t>(
+        1, (options_.recovery_window + log_shards - 1) / log_shards);
+    for (uint32_t k = 0; k < log_shards; ++k) {
+      recoveries_.push_back(std::make_unique<Recovery>(
+          log_, RecoveryOptions{window, may_wait, k}, budget_, rh));
+    }
+    epochs_ = std::make_unique<std::atomic<uint64_t>[]>(log_shards);
+    lost_log_shards_ = std::make_unique<std::atomic<bool>[]>(log_shards);
   }
 
   struct Owner {
@@ -143,8 +157,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         std::make_shared<std::atomic<int>>(0);
     std::shared_ptr<std::atomic<bool>> evict_wanted =
         std::make_shared<std::atomic<bool>>(false);
-    // Holds one of the recovery window's places until decided or dropped.
-    bool recovery_place = false;
+    // The scan whose window place it holds until decided or dropped (null:
+    // none).
+    Recovery* recovery_place = nullptr;
     // Its branches flagged STUCK, as last counted into Impl::stuck_.
     int stuck = 0;
     // Since when (wall ms) it is in doubt, as counted into in_doubt_; 0: not.
@@ -169,17 +184,21 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   };
 
   absl::Status Start() {
-    auto epoch = log_.TakeOwnerEpoch();
-    if (!epoch.ok()) return epoch.status();
-    epoch_ = *epoch;
+    for (uint32_t k = 0; k < recoveries_.size(); ++k) {
+      auto epoch = log_.TakeOwnerEpoch(k);
+      if (!epoch.ok()) return epoch.status();
+      epochs_[k] = *epoch;
+    }
     // From now on (requests may come before the scan starts) Load notes
     // what it reads, for the queued resumptions to skip.
-    recovery_->Begin();
+    for (auto& r : recoveries_) r->Begin();
     std::weak_ptr<Impl> weak = weak_from_this();
     Executor* scan = options_.scan_executor != nullptr ? options_.scan_executor
                                                        : shards_[0].exec;
     scan->Post([weak] {
-      if (auto self = weak.lock()) self->recovery_->Scan();
+      auto self = weak.lock();
+      if (!self) return;
+      for (auto& r : self->recoveries_) r->Scan();
     });
     return absl::OkStatus();
   }
@@ -305,9 +324,17 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     });
   }
 
-  void StopRecovery() { recovery_->Stop(); }
+  void StopRecovery() {
+    for (auto& r : recoveries_) r->Stop();
+  }
 
-  uint64_t epoch() const { return epoch_; }
+  // The owner epoch of gid's shard of the log.
+  uint64_t EpochOf(const std::string& gid) const {
+    return epochs_[log_.ShardOf(gid)].load();
+  }
+  uint64_t epoch(uint32_t log_shard) const {
+    return log_shard < recoveries_.size() ? epochs_[log_shard].load() : 0;
+  }
   bool halted() const { return halted_; }
   int64_t stuck() const { return stuck_.load(); }
   InDoubt in_doubt() {
@@ -321,6 +348,53 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   }
 
  private:
+  bool LogShardLost(const std::string& gid) const {
+    return lost_log_shards_[log_.ShardOf(gid)].load();
+  }
+
+ public:
+  // The log lost shard k (DESIGN.md section 14): its owners go at once,
+  // their waiting callers answered UNAVAILABLE, nothing more is sent or
+  // written for them, and requests for its gids are UNAVAILABLE.
+  void DropLogShard(uint32_t k, const absl::Status& why) {
+    if (k >= recoveries_.size() || lost_log_shards_[k].exchange(true)) return;
+    std::weak_ptr<Impl> weak = weak_from_this();
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      shards_[s].exec->Post([weak, s, k, why] {
+        if (auto self = weak.lock()) self->DropOwnersOf(s, k, why);
+      });
+    }
+  }
+
+ private:
+  void DropOwnersOf(size_t s, uint32_t k, const absl::Status& why) {
+    auto& owners = shards_[s].owners;
+    for (auto it = owners.begin(); it != owners.end();) {
+      if (log_.ShardOf(it->first) != k) {
+        ++it;
+        continue;
+      }
+      Owner& o = *it->second;
+      for (auto& [b, id] : o.retry_timers) clock_.Cancel(id);
+      for (TimerId id : o.deadline_timers) clock_.Cancel(id);
+      if (o.recovery_place != nullptr) {
+        std::exchange(o.recovery_place, nullptr)->ReleasePlace();
+      }
+      stuck_ -= o.stuck;
+      budget_->Charge(-o.charged);
+      auto callers = std::move(o.callers);
+      it = owners.erase(it);
+      for (auto& [rid, done] : callers) {
+        done(absl::UnavailableError(
+            absl::StrCat("the shard was lost: ", why.message())));
+      }
+    }
+  }
+
+  Recovery& RecoveryOf(const std::string& gid) {
+    return *recoveries_[log_.ShardOf(gid)];
+  }
+
   size_t ShardOf(const std::string& gid) const {
     return std::hash<std::string>{}(gid) % shards_.size();
   }
@@ -337,22 +411,27 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                               wal::TxnSummary* compact,
                               const wal::TxnSummary** summary) {
     if (Owner* o = Find(s, gid)) return o;
+    if (LogShardLost(gid)) {
+      return absl::UnavailableError(absl::StrCat(
+          "gid ", gid, ": its shard is not this node's (lost to another)"));
+    }
     // A gid the WAL does not hold may still be in the recovery scan if the
     // scan's snapshot is taken after this read (a request creating it
     // registers it first); once the snapshot is taken it cannot. Looked at
     // before the read: noting every new gid for the whole recovery would
     // grow without bound under load.
-    const bool before_snapshot = !recovery_->SnapshotTaken();
+    Recovery& recovery = RecoveryOf(gid);
+    const bool before_snapshot = !recovery.SnapshotTaken();
     absl::StatusOr<wal::TxnLog> read = log_.Read(gid);
     if (read.status().code() == absl::StatusCode::kNotFound) {
-      if (before_snapshot) recovery_->NoteLoaded(gid);
+      if (before_snapshot) recovery.NoteLoaded(gid);
       return static_cast<Owner*>(nullptr);
     }
     if (!read.ok()) {
       if (absl::IsDataLoss(read.status())) observer_->OnFatal(read.status());
       return read.status();
     }
-    recovery_->NoteLoaded(gid);
+    recovery.NoteLoaded(gid);
     if (read->summary.compacted) {
       *compact = read->summary;
       *summary = compact;
@@ -383,7 +462,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     shards_[s].owners[gid] = std::move(owner);
     if (!wal::IsFinal(o->txn.state)) {
       o->loading = true;
-      absl::Status st = Apply(s, gid, core::ResumeEvent{epoch_});
+      absl::Status st = Apply(s, gid, core::ResumeEvent{EpochOf(gid)});
       o = Find(s, gid);
       if (o != nullptr) o->loading = false;
       if (!st.ok()) return st;
@@ -398,9 +477,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     OnShard(gid, [gid, scanned](Impl& self, size_t s) {
       // Loaded from the WAL by a request since the scan: its owner (or, if
       // it finished and went, the WAL) is newer than the scanned records.
-      const bool moot = self.recovery_->Moot(gid);
-      if (moot || self.Find(s, gid) != nullptr) {
-        self.recovery_->ReleasePlace();
+      Recovery& recovery = self.RecoveryOf(gid);
+      const bool moot = recovery.Moot(gid);
+      if (moot || self.Find(s, gid) != nullptr || self.LogShardLost(gid)) {
+        recovery.ReleasePlace();
         return;
       }
       absl::StatusOr<Owner*> o = self.Adopt(s, std::move(*scanned));
@@ -409,14 +489,14 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         self.observer_->OnFatal(absl::Status(
             o.status().code(),
             absl::StrCat("recovery of gid ", gid, ": ", o.status().message())));
-        self.recovery_->ReleasePlace();
+        recovery.ReleasePlace();
         return;
       }
       Owner* owner = self.Find(s, gid);
       if (owner != nullptr && HoldsRecoveryPlace(owner->txn)) {
-        owner->recovery_place = true;
+        owner->recovery_place = &recovery;
       } else {
-        self.recovery_->ReleasePlace();
+        recovery.ReleasePlace();
       }
       self.MaybeEvict(s, gid);  // it may have finished
     });
@@ -462,9 +542,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // would otherwise let more in, each with appends to queue), or once it is
   // dropped.
   void MaybeReleaseRecoveryPlace(Owner& o) {
-    if (!o.recovery_place || HoldsRecoveryPlace(o.txn)) return;
-    o.recovery_place = false;
-    recovery_->ReleasePlace();
+    if (o.recovery_place == nullptr || HoldsRecoveryPlace(o.txn)) return;
+    std::exchange(o.recovery_place, nullptr)->ReleasePlace();
   }
 
   void OnRequest(size_t s, const std::string& gid, bool creates,
@@ -480,7 +559,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                      ReplyDone done) {
     const RequestId rid = next_request_++;
     Event event = make(rid);
-    if (absl::Status st = Admissible(event); !st.ok()) return done(st);
+    if (absl::Status st = Admissible(gid, event); !st.ok()) return done(st);
     if (absl::Status st = FitsMemory(event); !st.ok()) return done(st);
     wal::TxnSummary compact;
     const wal::TxnSummary* summary = nullptr;
@@ -535,10 +614,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
 
   // The admission rules (core/admission.h), with what the driver knows:
   // the clock, the WAL's deduplication horizon, the configured participants.
-  absl::Status Admissible(const Event& event) const {
+  absl::Status Admissible(const std::string& gid, const Event& event) const {
     core::AdmissionContext c;
     c.now_ms = clock_.WallMs();
-    c.dedup_horizon_ms = log_.DedupHorizonMs();
+    c.dedup_horizon_ms = log_.DedupHorizonMs(log_.ShardOf(gid));
     c.max_clock_skew_ms = options_.max_clock_skew_ms;
     c.participant_known = options_.participant_known;
     c.approval_gate_enabled = options_.approval_gate_enabled;
@@ -709,9 +788,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     if (o->unwritten->load() > 0) return;
     for (auto& [b, id] : o->retry_timers) clock_.Cancel(id);
     for (TimerId id : o->deadline_timers) clock_.Cancel(id);
-    if (o->recovery_place) {
-      o->recovery_place = false;
-      recovery_->ReleasePlace();
+    if (o->recovery_place != nullptr) {
+      std::exchange(o->recovery_place, nullptr)->ReleasePlace();
     }
     if (o->reload_when_dropped) ScheduleReload(gid);
     stuck_ -= o->stuck;
@@ -814,7 +892,11 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                 // the log after this append ended, so it has what it wrote.
                 Owner* ow = me.Find(sh, gid);
                 if (ow == nullptr || ow->unwritten != unwritten) return;
-                if (st.code() == absl::StatusCode::kResourceExhausted) {
+                // Nothing was written: for want of room, or (ABORTED) the
+                // log's view of the gid was stale; once dropped it is
+                // loaded again from the log and resumed.
+                if (st.code() == absl::StatusCode::kResourceExhausted ||
+                    st.code() == absl::StatusCode::kAborted) {
                   ow->reload_when_dropped = true;
                 }
                 for (const PersistSeq& p : seqs) {
@@ -926,6 +1008,14 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     const core::BranchRuntime& br = o.txn.branches[c.branch];
     const std::string participant = br.spec.participant;
     auto build = [&]() -> absl::StatusOr<BranchCall> {
+      // Cluster mode: past its lease's trust a node sends nothing (another
+      // node may own the shard by now): not sent (driver.h says what
+      // follows).
+      if (options_.may_call && !options_.may_call(gid)) {
+        return absl::UnavailableError(
+            "this node cannot trust its cluster lease now: the call was not "
+            "sent");
+      }
       if (o.payloads_in_wal) {
         if (absl::Status st = RestorePayloads(gid, o); !st.ok()) {
           return absl::UnavailableError(
@@ -977,13 +1067,17 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // Shared with WAL completions, which may run after the driver went.
   std::shared_ptr<MemoryBudget> budget_;
   std::unique_ptr<ParticipantCalls> calls_;  // made by Init
-  std::unique_ptr<Recovery> recovery_;       // made by Init
-  Ewma shard_wait_;                          // a request's wait for its shard
+  // One per shard of the log (made by Init).
+  std::vector<std::unique_ptr<Recovery>> recoveries_;
+  Ewma shard_wait_;   // a request's wait for its shard
   Ewma wal_durable_;  // a durable append's wait for the WAL
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
   std::vector<Shard> shards_;
-  std::atomic<uint64_t> epoch_{0};
+  // The owner epoch of each shard of the log (made by Init, set by Start).
+  std::unique_ptr<std::atomic<uint64_t>[]> epochs_;
+  // Shards of the log it lost (DropLogShard); never cleared in this part.
+  std::unique_ptr<std::atomic<bool>[]> lost_log_shards_;
   std::atomic<bool> halted_{false};
   std::atomic<int64_t> stuck_{0};  // the owners' Owner::stuck, summed
   std::mutex doubt_mu_;
@@ -1003,6 +1097,10 @@ Driver::~Driver() { impl_->StopRecovery(); }
 
 void Driver::StopRecovery() { impl_->StopRecovery(); }
 
+void Driver::DropLogShard(uint32_t log_shard, const absl::Status& why) {
+  impl_->DropLogShard(log_shard, why);
+}
+
 absl::Status Driver::Start() { return impl_->Start(); }
 
 // Each `make` below runs once (HandleRequest), so it gives its request away
@@ -1015,7 +1113,8 @@ void Driver::Submit(core::SubmitSpec spec, ReplyDone done) {
   impl_->Request(
       gid, true,
       [shared, impl](RequestId rid) -> Event {
-        return core::SubmitEvent{rid, std::move(*shared), impl->epoch()};
+        const uint64_t epoch = impl->EpochOf(shared->gid);
+        return core::SubmitEvent{rid, std::move(*shared), epoch};
       },
       std::move(done), within);
 }
@@ -1027,7 +1126,8 @@ void Driver::Begin(core::BeginSpec spec, ReplyDone done) {
   impl_->Request(
       gid, true,
       [spec = std::move(spec), impl](RequestId rid) mutable -> Event {
-        return core::BeginEvent{rid, std::move(spec), impl->epoch()};
+        const uint64_t epoch = impl->EpochOf(spec.gid);
+        return core::BeginEvent{rid, std::move(spec), epoch};
       },
       std::move(done), within);
 }
@@ -1099,7 +1199,9 @@ void Driver::RetryNow(std::string gid, std::string branch_id, ReplyDone done) {
   impl_->RetryNow(std::move(gid), std::move(branch_id), std::move(done));
 }
 
-uint64_t Driver::owner_epoch() const { return impl_->epoch(); }
+uint64_t Driver::owner_epoch(uint32_t log_shard) const {
+  return impl_->epoch(log_shard);
+}
 
 bool Driver::halted() const { return impl_->halted(); }
 

@@ -24,8 +24,10 @@
 //   clamped). A circuit breaker per participant fails new Trys (and Queries)
 //   fast while open and holds phase-2 calls until a probe succeeds. Phase-2
 //   calls of one transaction go out in parallel.
-// - Recovery: Start() takes a new owner epoch from the WAL and resumes every
-//   unfinished transaction (Log::ScanUnfinished) while requests are served. A
+// - Recovery: Start() takes a new owner epoch for each shard of the WAL and
+//   resumes every unfinished transaction (Log::ScanUnfinished, one
+//   Recovery per shard, the window split between them) while requests are
+//   served. A
 //   request for a gid not in memory loads it from the WAL first (and resumes
 //   it if unfinished).
 // - Finished transactions with nobody waiting leave memory; Get reads them
@@ -140,6 +142,12 @@ struct DriverOptions {
   // WAL only (read back before a call needs them), and the recovery scan
   // pauses while what it queued takes a quarter. 0: no limit.
   uint64_t max_in_flight_bytes = 512ull << 20;
+  // Cluster mode: whether a participant call for `gid` may go now (the
+  // node trusts its lease). A call it refuses is not sent: a branch's first
+  // Try so refused fails (the transaction cancels, as behind an open
+  // circuit breaker); any other call counts as an unknown outcome and is
+  // retried. Unset: always.
+  std::function<bool(const std::string& gid)> may_call;
 };
 
 class Driver {
@@ -153,8 +161,9 @@ class Driver {
   Driver(const Driver&) = delete;
   Driver& operator=(const Driver&) = delete;
 
-  // Takes a new owner epoch and starts the recovery scan (asynchronously, on
-  // the shard executors). Requests may be made right after.
+  // Takes a new owner epoch for each shard of the log and starts the
+  // recovery scans (asynchronously, on the scan executor). Requests may be
+  // made right after.
   [[nodiscard]] absl::Status Start();
 
   // Submit, Begin and Try refuse what the admission rules refuse
@@ -186,11 +195,19 @@ class Driver {
   // Admin: re-sends now what waits for a backoff timer (every branch, or one).
   void RetryNow(std::string gid, std::string branch_id, ReplyDone done);
 
+  // The log lost a shard (wal::ShardLostFn; DESIGN.md section 14): that
+  // shard's owners go at once, their waiting callers answered UNAVAILABLE,
+  // and nothing more is sent or written for them; requests for its gids
+  // are UNAVAILABLE from then on.
+  void DropLogShard(uint32_t log_shard, const absl::Status& why);
+
   // Ends the recovery scan early (one waiting for room in its queue gives
   // up): call before the executors stop. The destructor does it too.
   void StopRecovery();
 
-  uint64_t owner_epoch() const;
+  // The owner epoch taken for a shard of the log (0 before Start, or for a
+  // shard out of range).
+  uint64_t owner_epoch(uint32_t log_shard = 0) const;
   // True once the failpoint `driver.before_effect` fired with `error`: the
   // driver stopped between two effects and does nothing more (a crash, for
   // in-process tests). With `crash` the process dies there instead.

@@ -25,7 +25,7 @@ void Recovery::Begin() {
 
 void Recovery::Scan() {
   size_t n = 0;
-  absl::Status st = log_.ScanUnfinished([&](wal::TxnLog t) {
+  absl::Status st = log_.ScanUnfinished(options_.shard, [&](wal::TxnLog t) {
     snapshot_taken_.store(true);
     bool full = false;
     {

@@ -44,6 +44,8 @@ struct RecoveryOptions {
   // own (a shard waiting there would never run the resumptions that make
   // room).
   bool may_wait = false;
+  // The shard of the log it scans.
+  uint32_t shard = 0;
 };
 
 class Recovery {

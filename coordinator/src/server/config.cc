@@ -454,6 +454,37 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
     r.OneOf("format", &c.log.format, {"text", "json"});
     r.RejectUnknown();
   }
+  {
+    MapReader r(top.Child("cluster"), top.Key("cluster"), &error);
+    ClusterConfig& cl = c.cluster;
+    r.Bool("enabled", &cl.enabled);
+    r.String("node_id", &cl.node_id);
+    r.String("advertise_address", &cl.advertise_address);
+    r.String("key_prefix", &cl.key_prefix);
+    r.Integer("shards", &cl.shards, 1, 9999);
+    r.Integer("lease_ttl_ms", &cl.lease_ttl_ms, 2000, 600 * 1000);
+    r.Integer("lease_margin_ms", &cl.lease_margin_ms, 0, 600 * 1000);
+    r.Integer("takeover_margin_ms", &cl.takeover_margin_ms, 0, kHour);
+    r.Integer("dedup_window_ms", &cl.dedup_window_ms, 60 * 1000, 30 * kDay);
+    r.Integer("min_dedup_window_ms", &cl.min_dedup_window_ms, 0, 30 * kDay);
+    {
+      MapReader e(r.Child("etcd"), r.Key("etcd"), &error);
+      e.StringList("endpoints", &cl.etcd.endpoints);
+      e.Bool("tls", &cl.etcd.tls);
+      e.String("ca_file", &cl.etcd.ca_file);
+      e.String("cert_file", &cl.etcd.cert_file);
+      e.String("key_file", &cl.etcd.key_file);
+      e.String("user", &cl.etcd.user);
+      e.String("password", &cl.etcd.password);
+      e.String("password_file", &cl.etcd.password_file);
+      e.Integer("call_timeout_ms", &cl.etcd.call_timeout_ms, 100, 600 * 1000);
+      e.Integer("max_txn_ops", &cl.etcd.max_txn_ops, 16, 1000000);
+      e.Integer("max_request_bytes", &cl.etcd.max_request_bytes, 64 << 10,
+                1LL << 31);
+      e.RejectUnknown();
+    }
+    r.RejectUnknown();
+  }
   top.RejectUnknown();
   if (!error.ok()) {
     return absl::InvalidArgumentError(
@@ -477,10 +508,76 @@ absl::StatusOr<Config> LoadConfigFile(const std::string& path) {
   return ParseConfig(text.str(), path);
 }
 
+absl::Status ValidateClusterConfig(const ClusterConfig& cl) {
+  auto bad = [](const char* key, std::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster.", key, ": ", std::string(what)));
+  };
+  if (!cl.enabled) return absl::OkStatus();
+  if (cl.node_id.empty()) return bad("node_id", "required in cluster mode");
+  if (!identity::ValidateGid(cl.node_id).ok() || cl.node_id.size() > 64) {
+    return bad("node_id", "1-64 bytes of [A-Za-z0-9._:-]");
+  }
+  if (cl.advertise_address.empty()) {
+    return bad("advertise_address", "required in cluster mode (host:port)");
+  }
+  if (absl::Status s = ValidateAddress("cluster.advertise_address",
+                                       cl.advertise_address, false);
+      !s.ok()) {
+    return s;
+  }
+  if (cl.etcd.endpoints.empty()) {
+    return bad("etcd.endpoints", "at least one etcd member (host:port)");
+  }
+  for (const std::string& e : cl.etcd.endpoints) {
+    if (e.find("://") != std::string::npos) {
+      return bad("etcd.endpoints",
+                 absl::StrCat("'", e,
+                              "' is not host:port (no scheme: cluster.etcd.tls "
+                              "says whether it is https)"));
+    }
+    if (absl::Status s = ValidateAddress("cluster.etcd.endpoints", e, false);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!cl.etcd.tls && (!cl.etcd.ca_file.empty() || !cl.etcd.cert_file.empty() ||
+                       !cl.etcd.key_file.empty())) {
+    return bad("etcd.tls", "certificate files are set but tls is false");
+  }
+  if (cl.etcd.cert_file.empty() != cl.etcd.key_file.empty()) {
+    return bad(cl.etcd.cert_file.empty() ? "etcd.cert_file" : "etcd.key_file",
+               "cert_file and key_file go together");
+  }
+  if (!cl.etcd.password.empty() && !cl.etcd.password_file.empty()) {
+    return bad("etcd.password_file", "set password or password_file, not both");
+  }
+  const bool has_password =
+      !cl.etcd.password.empty() || !cl.etcd.password_file.empty();
+  if (cl.etcd.user.empty() == has_password) {
+    return bad(cl.etcd.user.empty() ? "etcd.user" : "etcd.password",
+               "user and password go together");
+  }
+  if (cl.key_prefix.empty() || cl.key_prefix.back() != '/') {
+    return bad("key_prefix", "must end with '/'");
+  }
+  if (cl.lease_ttl_ms % 1000 != 0) {
+    return bad("lease_ttl_ms", "whole seconds (etcd leases are)");
+  }
+  if (cl.lease_margin_ms >= cl.lease_ttl_ms / 2) {
+    return bad("lease_margin_ms", "must be below half of lease_ttl_ms");
+  }
+  if (cl.min_dedup_window_ms > cl.dedup_window_ms) {
+    return bad("min_dedup_window_ms", "must be <= dedup_window_ms");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateConfig(const Config& c) {
   if (absl::Status s = ValidateAddress("listen", c.listen, false); !s.ok()) {
     return s;
   }
+  if (absl::Status s = ValidateClusterConfig(c.cluster); !s.ok()) return s;
   if (absl::Status s = ValidateAddress("admin_listen", c.admin_listen, true);
       !s.ok()) {
     return s;

@@ -155,6 +155,40 @@ struct RetentionConfig {
   int64_t run_every_ms = 60 * 1000;
 };
 
+// Cluster mode (DESIGN.md section 14): the WAL is etcd, shared by the
+// cluster's nodes. Off: one process on its RocksDB WAL, nothing changes.
+struct ClusterEtcdConfig {
+  std::vector<std::string> endpoints;  // host:port of each member
+  bool tls = false;                    // https to the members
+  std::string ca_file;                 // members' CA (empty: system roots)
+  std::string cert_file;               // with key_file: mutual TLS
+  std::string key_file;
+  std::string user;      // etcd auth (with password)
+  std::string password;  // or password_file
+  std::string password_file;
+  int64_t call_timeout_ms = 5000;
+  // etcd's --max-txn-ops and --max-request-bytes (the group commit's
+  // limits; must not exceed what the members run with).
+  uint32_t max_txn_ops = 1024;
+  uint64_t max_request_bytes = 4 << 20;
+};
+
+struct ClusterConfig {
+  bool enabled = false;
+  std::string node_id;            // unique per node; [A-Za-z0-9._:-]
+  std::string advertise_address;  // host:port other nodes and clients dial
+  ClusterEtcdConfig etcd;
+  std::string key_prefix = "/tccd/";  // ends with '/'
+  // Used only when the cluster is created (--init-cluster); a different
+  // value at start is refused, naming the key.
+  uint32_t shards = 64;
+  int64_t lease_ttl_ms = 5000;     // whole seconds, at least 2 s
+  int64_t lease_margin_ms = 1000;  // trust ends this long before the TTL
+  int64_t takeover_margin_ms = 2000;
+  int64_t dedup_window_ms = 3600 * 1000;  // compact entries in etcd
+  int64_t min_dedup_window_ms = 10 * 60 * 1000;
+};
+
 struct LogConfig {
   std::string level = "info";   // trace, debug, info, warn, error
   std::string format = "text";  // text or json
@@ -190,6 +224,7 @@ struct Config {
   LimitsConfig limits;
   RetentionConfig retention;
   LogConfig log;
+  ClusterConfig cluster;
 };
 
 // Parses YAML text (`source` names it in errors). Missing keys keep their
@@ -199,6 +234,10 @@ struct Config {
 
 // Reads and parses a file; NOT_FOUND if it does not exist.
 [[nodiscard]] absl::StatusOr<Config> LoadConfigFile(const std::string& path);
+
+// Checks the `cluster:` section (ValidateConfig calls it): INVALID_ARGUMENT
+// naming the key.
+[[nodiscard]] absl::Status ValidateClusterConfig(const ClusterConfig& cluster);
 
 // Checks cross-field rules (addresses look like host:port, bounds ordered...).
 [[nodiscard]] absl::Status ValidateConfig(const Config& config);

@@ -331,7 +331,11 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
   }
   const wal::LogStats stats = log_.Stats();
   h.wal_bytes = stats.bytes_on_disk;
-  h.dedup_horizon_ms = log_.DedupHorizonMs();
+  // The strictest shard's: no request older than it is answered anywhere.
+  h.dedup_horizon_ms = 0;
+  for (uint32_t k = 0; k < log_.shard_count(); ++k) {
+    h.dedup_horizon_ms = std::max(h.dedup_horizon_ms, log_.DedupHorizonMs(k));
+  }
   const int64_t now = clock_.WallMs();
   for (wal::TxnState s :
        {wal::TxnState::kOpen, wal::TxnState::kTrying,

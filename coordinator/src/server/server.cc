@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -32,7 +33,10 @@
 #include "server/instrumented_transport.h"
 #include "server/metrics.h"
 #include "server/tls.h"
+#include "tcc/etcd/client.h"
 #include "tcc/rocksdb_env/owner_only_files.h"
+#include "tcc/wal/etcd_log.h"
+#include "tcc/wal/etcd_node.h"
 #include "tcc/wal/rocksdb_log.h"
 
 namespace tcc::server {
@@ -47,7 +51,19 @@ class Server::Impl {
   // Before log_: its syncer reports to metrics_ until it is closed.
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<MetricsEndpoint> metrics_endpoint_;
-  std::unique_ptr<wal::RocksDbLog> log_;
+  // Cluster mode: the etcd client, the node's membership (its lease) and
+  // the etcd log; else the RocksDB log. log_ is whichever it is.
+  std::unique_ptr<etcd::Client> etcd_client_;
+  std::unique_ptr<wal::NodeRegistration> node_;
+  std::unique_ptr<wal::Log> log_;
+  wal::RocksDbLog* rocksdb_log_ = nullptr;
+  wal::EtcdLog* etcd_log_ = nullptr;
+  // The driver while it runs, for the cluster's lost-shard notices (they
+  // come from the log's and the lease's threads).
+  std::atomic<runtime::Driver*> live_driver_{nullptr};
+  void DropShard(uint32_t shard, const absl::Status& why) {
+    if (runtime::Driver* d = live_driver_.load()) d->DropLogShard(shard, why);
+  }
   std::unique_ptr<AsioThreads> threads_;
   std::unique_ptr<AsioThreads> scan_thread_;
   std::unique_ptr<SerialExecutor> scan_executor_;
@@ -73,6 +89,7 @@ class Server::Impl {
   absl::Status stopped_failure_;  // Failure() when Stop ran
 
  private:
+  absl::Status OpenClusterLog(const Config& config);
   void ScheduleRetention();
   void ScheduleWalStats();
   void WalStats();
@@ -111,6 +128,30 @@ void LogAdminCall(const rpc::AdminAudit& a) {
                  AuditText(a.who), AuditText(a.peer), AuditText(a.target),
                  AuditText(a.status.ToString()));
   }
+}
+
+// A secret from a file (its first line), which must be the owner's alone;
+// errors name `key`.
+absl::StatusOr<std::string> ReadSecretFile(const std::string& key,
+                                           const std::string& path) {
+  std::error_code ec;
+  const auto perms = std::filesystem::status(path, ec).permissions();
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": ", path, ": cannot be read: ", ec.message()));
+  }
+  using std::filesystem::perms;
+  if ((perms & (perms::group_all | perms::others_all)) != perms::none) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, ": ", path, " is readable by group or others; chmod 600 it"));
+  }
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line) || line.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": ", path, ": no secret on its first line"));
+  }
+  return line;
 }
 
 runtime::DriverOptions DriverOptionsFrom(const Config& c) {
@@ -236,9 +277,14 @@ absl::Status Server::Impl::Start(const Config& config,
     metrics->WalSync(static_cast<double>(sync_us) / 1e6,
                      static_cast<int64_t>(appends));
   };
-  auto log = wal::RocksDbLog::Open(wal_options);
-  if (!log.ok()) return log.status();
-  log_ = std::move(*log);
+  if (config.cluster.enabled) {
+    if (absl::Status s = OpenClusterLog(config); !s.ok()) return s;
+  } else {
+    auto log = wal::RocksDbLog::Open(wal_options);
+    if (!log.ok()) return log.status();
+    rocksdb_log_ = log->get();
+    log_ = std::move(*log);
+  }
 
   const size_t cores = std::max(1u, std::thread::hardware_concurrency());
   threads_ = std::make_unique<AsioThreads>(cores);
@@ -330,15 +376,25 @@ absl::Status Server::Impl::Start(const Config& config,
   driver_options.scan_executor = scan_executor_.get();
   // Nobody could approve a gated transaction without an admin credential.
   driver_options.approval_gate_enabled = admin_auth_->configured();
+  if (node_ != nullptr) {
+    wal::NodeRegistration* node = node_.get();
+    driver_options.may_call = [node](const std::string&) {
+      return node->Trusted();
+    };
+  }
   driver_ =
       std::make_unique<runtime::Driver>(driver_options, shard_ptrs, *clock_,
                                         *instrumented_, *log_, backend_.get());
   backend_->Attach(driver_.get());
+  live_driver_ = driver_.get();
   backend_->SetMaxInFlight(config.limits.max_in_flight);
   if (absl::Status s = driver_->Start(); !s.ok()) {
     // The WAL stopped on a write of the start (the owner epoch): the start
     // fails with that write's own error (no space: RESOURCE_EXHAUSTED).
-    if (absl::Status cause = log_->failure_cause(); !cause.ok()) {
+    if (absl::Status cause = rocksdb_log_ != nullptr
+                                 ? rocksdb_log_->failure_cause()
+                                 : absl::OkStatus();
+        !cause.ok()) {
       return absl::Status(cause.code(),
                           absl::StrCat("starting: ", s.message()));
     }
@@ -465,6 +521,115 @@ void Server::Impl::ReturnFreedMemory(int64_t memory_bytes) {
   peak_memory_bytes_ = memory_bytes;
 }
 
+namespace {
+
+// The etcd client of cluster mode, from `cluster.etcd`.
+absl::StatusOr<std::unique_ptr<etcd::Client>> ConnectEtcd(
+    const ClusterConfig& cl) {
+  etcd::ClientOptions co;
+  co.endpoints = cl.etcd.endpoints;
+  co.tls = cl.etcd.tls;
+  co.tls_files.ca_file = cl.etcd.ca_file;
+  co.tls_files.cert_file = cl.etcd.cert_file;
+  co.tls_files.key_file = cl.etcd.key_file;
+  co.user = cl.etcd.user;
+  co.password = cl.etcd.password;
+  if (!cl.etcd.password_file.empty()) {
+    absl::StatusOr<std::string> password =
+        ReadSecretFile("cluster.etcd.password_file", cl.etcd.password_file);
+    if (!password.ok()) return password.status();
+    co.password = *password;
+  }
+  co.call_timeout_ms = cl.etcd.call_timeout_ms;
+  co.max_message_bytes = static_cast<int>(
+      std::min<uint64_t>(cl.etcd.max_request_bytes * 2, INT32_MAX));
+  co.config_prefix = "cluster.etcd.";
+  return etcd::Client::Connect(co);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> InitCluster(const Config& config) {
+  if (!config.cluster.enabled) {
+    return absl::InvalidArgumentError(
+        "cluster.enabled: --init-cluster needs cluster mode on");
+  }
+  absl::StatusOr<std::unique_ptr<etcd::Client>> client =
+      ConnectEtcd(config.cluster);
+  if (!client.ok()) return client.status();
+  absl::StatusOr<wal::ClusterInfo> info = wal::InitCluster(
+      **client, config.cluster.key_prefix, config.cluster.shards);
+  if (!info.ok()) return info.status();
+  return absl::StrCat("created the cluster under '", config.cluster.key_prefix,
+                      "': ", info->shards, " shards, etcd cluster_id ",
+                      info->etcd_cluster_id, ", at revision ",
+                      info->created_revision);
+}
+
+// Cluster mode (DESIGN.md section 14): the etcd client, the node's lease
+// and registration, and the etcd log over the cluster that --init-cluster
+// created (a prefix without one is refused).
+absl::Status Server::Impl::OpenClusterLog(const Config& config) {
+  const ClusterConfig& cl = config.cluster;
+  absl::StatusOr<std::unique_ptr<etcd::Client>> client = ConnectEtcd(cl);
+  if (!client.ok()) return client.status();
+  etcd_client_ = *std::move(client);
+  absl::StatusOr<wal::ClusterInfo> cluster =
+      wal::ReadCluster(*etcd_client_, cl.key_prefix);
+  if (!cluster.ok()) return cluster.status();
+  if (cluster->shards != cl.shards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cluster.shards: ", cl.shards, ", but the cluster under '",
+        cl.key_prefix, "' was created with ", cluster->shards,
+        " (the shard count is fixed when the cluster is created)"));
+  }
+  wal::NodeOptions node;
+  node.client = etcd_client_.get();
+  node.key_prefix = cl.key_prefix;
+  node.node_id = cl.node_id;
+  node.address = cl.advertise_address;
+  node.lease_ttl_ms = cl.lease_ttl_ms;
+  node.lease_margin_ms = cl.lease_margin_ms;
+  absl::StatusOr<std::unique_ptr<wal::NodeRegistration>> joined =
+      wal::NodeRegistration::Join(node, [this](const absl::Status& why) {
+        spdlog::error("cluster: {}; every shard is lost", why.ToString());
+        if (etcd_log_ == nullptr) return;
+        for (uint32_t k = 0; k < etcd_log_->shard_count(); ++k) {
+          DropShard(k, why);
+        }
+      });
+  if (!joined.ok()) return joined.status();
+  node_ = *std::move(joined);
+  wal::EtcdLogOptions lo;
+  lo.client = etcd_client_.get();
+  lo.key_prefix = cl.key_prefix;
+  lo.node_id = cl.node_id;
+  lo.node_address = cl.advertise_address;
+  lo.lease_id = node_->lease_id();
+  lo.archive_dir = (std::filesystem::path(config.data_dir) / "archive");
+  lo.retention.full_record_ms = config.retention.full_record_ms;
+  lo.retention.compact_entry_ms = cl.dedup_window_ms;
+  lo.retention.max_bytes = config.retention.max_bytes;
+  lo.min_dedup_window_ms = cl.min_dedup_window_ms;
+  lo.max_txn_ops = cl.etcd.max_txn_ops;
+  lo.max_request_bytes = cl.etcd.max_request_bytes;
+  // A shard still owned by a node that stopped is taken once its lease
+  // expired (the TTL, an etcd election, the takeover margin).
+  lo.campaign_wait_ms = cl.lease_ttl_ms + cl.takeover_margin_ms + 1000;
+  absl::StatusOr<std::unique_ptr<wal::EtcdLog>> log = wal::EtcdLog::Open(lo);
+  if (!log.ok()) return log.status();
+  etcd_log_ = log->get();
+  etcd_log_->SetShardLostHandler(
+      [this](uint32_t shard, const absl::Status& why) {
+        spdlog::error("cluster: shard {} lost: {}", shard, why.ToString());
+        DropShard(shard, why);
+      });
+  log_ = *std::move(log);
+  spdlog::info("cluster: node {} joined (lease {}), {} shards under '{}'",
+               cl.node_id, node_->lease_id(), cluster->shards, cl.key_prefix);
+  return absl::OkStatus();
+}
+
 void Server::Impl::ScheduleRetention() {
   clock_->Schedule(config_.retention.run_every_ms, [this] {
     boost::asio::post(threads_->context(), [this] {
@@ -478,8 +643,11 @@ void Server::Impl::ScheduleRetention() {
 }
 
 absl::Status Server::Impl::Failure() const {
-  if (log_ != nullptr) {
-    if (absl::Status f = log_->failure(); !f.ok()) return f;
+  if (rocksdb_log_ != nullptr) {
+    if (absl::Status f = rocksdb_log_->failure(); !f.ok()) return f;
+  }
+  if (etcd_log_ != nullptr) {
+    if (absl::Status f = etcd_log_->failure(); !f.ok()) return f;
   }
   if (backend_ != nullptr) return backend_->fatal();
   return absl::OkStatus();
@@ -510,8 +678,20 @@ absl::Status Server::Impl::Stop() {
   if (client_) client_->Shutdown(5000);
   if (http_transport_) http_transport_->Shutdown(5000);
   stopped_failure_ = Failure();
+  live_driver_ = nullptr;
   driver_.reset();
   log_.reset();  // completes every queued append, then closes
+  rocksdb_log_ = nullptr;
+  etcd_log_ = nullptr;
+  if (node_) {
+    // Leaving: the lease goes, and with it the node's registration and its
+    // owner keys (a restart need not wait for them to expire).
+    if (absl::Status s = node_->Leave(); !s.ok()) {
+      spdlog::warn("cluster: leaving: {}", s.ToString());
+    }
+    node_.reset();
+  }
+  etcd_client_.reset();
   clock_.reset();
   shards_.clear();
   scan_executor_.reset();

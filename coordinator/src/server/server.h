@@ -18,6 +18,11 @@
 
 namespace tcc::server {
 
+// `tccd --init-cluster`: creates the cluster under cluster.key_prefix in
+// etcd, once (DESIGN.md section 14). What it made, or ALREADY_EXISTS when a
+// cluster is there; INVALID_ARGUMENT without cluster mode.
+[[nodiscard]] absl::StatusOr<std::string> InitCluster(const Config& config);
+
 class Server {
  public:
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Server>> Start(

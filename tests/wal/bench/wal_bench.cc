@@ -308,7 +308,7 @@ double RecoveryScan(const std::filesystem::path& dir, int txns) {
   const auto start = Clock::now();
   auto log = OpenLog(dir, nullptr);
   int seen = 0;
-  absl::Status s = log->ScanUnfinished([&](tcc::wal::TxnLog txn) {
+  absl::Status s = log->ScanUnfinished(0, [&](tcc::wal::TxnLog txn) {
     seen += txn.records.size() == 2 ? 1 : 0;
     return absl::OkStatus();
   });

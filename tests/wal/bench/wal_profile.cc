@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     long seen = 0;
-    absl::Status scan = (*log)->ScanUnfinished([&](tcc::wal::TxnLog txn) {
+    absl::Status scan = (*log)->ScanUnfinished(0, [&](tcc::wal::TxnLog txn) {
       seen += txn.records.size() == 2 ? 1 : 0;
       return absl::OkStatus();
     });

@@ -33,12 +33,24 @@
 //
 // Append errors:
 //   FAILED_PRECONDITION  a different decision stands; an approval does not
-//                        match, expired or was used
+//                        match, expired or was used; the etcd log: a
+//                        registration older than the shard's
+//                        deduplication horizon (retention raced it)
 //   ALREADY_EXISTS       a Registered record for a gid the log already holds
 //   NOT_FOUND            any other record for a gid the log does not hold
 //   INVALID_ARGUMENT     an empty append, or records that don't fit together
-//   RESOURCE_EXHAUSTED   the append queue is full (back pressure; retry later)
-//   UNAVAILABLE/DATA_LOSS the log failed and is stopped (fail-stop)
+//   RESOURCE_EXHAUSTED   the append queue is full (back pressure; retry
+//                        later); the etcd log: etcd is out of space (a
+//                        registration), nothing written
+//   ABORTED              the log's view of the gid was stale (another
+//                        writer changed it since this log last read or
+//                        wrote it: the etcd log): nothing written; the
+//                        caller reloads the gid (Read) before it decides
+//                        again
+//   UNAVAILABLE          the gid's shard is not this log's to write (never
+//                        taken, or lost: the etcd log), nothing written
+//   UNAVAILABLE/DATA_LOSS the log failed and is stopped (fail-stop; local
+//                        logs)
 //
 // The exact rules (wal/src/internal/txn_rules.h, the same for every
 // implementation):
@@ -62,6 +74,12 @@
 //   forgotten gid can be registered again.
 // - The retention policy is an option of each implementation
 //   (MemoryLogOptions, RocksDbLogOptions).
+//
+// Shards (DESIGN.md section 14): the gid space is split into shard_count()
+// shards by ShardOfGid; the owner epoch, the recovery scan, the
+// deduplication horizon and ownership are per shard. A local log (memory,
+// RocksDB) has one shard, shard 0, which it always owns; the etcd log has
+// the cluster's, and may lose one (ShardLostFn).
 //
 // Thread-safety: every method may be called from any thread. Completion
 // callbacks run on an implementation thread, or inline inside Append (the
@@ -97,6 +115,17 @@ struct AppendRequest {
 
 // Called once per append with its result.
 using AppendDone = std::function<void(absl::Status)>;
+
+// The shard of `gid` among `shards` (at least 1): the first 8 bytes of
+// SHA-256(gid), big-endian, mod `shards` (DESIGN.md section 14). Every node
+// and every log computes it so.
+uint32_t ShardOfGid(std::string_view gid, uint32_t shards);
+
+// Hears that the log lost a shard (its fence was refused, or its lease is
+// gone): nothing more is written for it, and its owners must go (DESIGN.md
+// section 14, "Ownership and fencing").
+using ShardLostFn =
+    std::function<void(uint32_t shard, const absl::Status& why)>;
 
 // What the log knows of a transaction apart from its records: for duplicate
 // and conflict checks and for lists. It outlives the full record as a compact
@@ -155,7 +184,8 @@ struct LogStats {
   uint64_t unfinished = 0;  // transactions not yet final
   int64_t dedup_horizon_ms = 0;
   // When the oldest unfinished transaction was registered (Unix ms; 0:
-  // none), for its age.
+  // none), for its age. The etcd log leaves it 0 (its heads are keyed by
+  // gid, with no index by time): in cluster mode the age gauge reads 0.
   int64_t oldest_unfinished_registered_ms = 0;
 };
 
@@ -180,24 +210,38 @@ class Log {
   [[nodiscard]] virtual absl::StatusOr<ListPage> List(
       const ListQuery& query) = 0;
 
-  // Calls `visit` for every transaction not yet final (the recovery scan), in
-  // registration order. Stops at, and returns, the first error `visit` returns.
-  [[nodiscard]] virtual absl::Status ScanUnfinished(
-      const std::function<absl::Status(TxnLog)>& visit) = 0;
+  // The number of shards (fixed for the log's life; 1 for a local log).
+  virtual uint32_t shard_count() const = 0;
+  uint32_t ShardOf(std::string_view gid) const {
+    return ShardOfGid(gid, shard_count());
+  }
 
-  // Durably takes a new owner epoch, greater than every epoch taken before
-  // from this log (a restarted process drives with a higher epoch).
-  [[nodiscard]] virtual absl::StatusOr<uint64_t> TakeOwnerEpoch() = 0;
+  // Calls `visit` for every transaction of `shard` not yet final (the
+  // recovery scan), in registration order. Stops at, and returns, the first
+  // error `visit` returns. INVALID_ARGUMENT for a shard out of range.
+  [[nodiscard]] virtual absl::Status ScanUnfinished(
+      uint32_t shard, const std::function<absl::Status(TxnLog)>& visit) = 0;
+
+  // Durably takes a new owner epoch for `shard`, greater than every epoch
+  // taken before for it (a restarted process, or a new owner of the shard,
+  // drives with a higher epoch).
+  [[nodiscard]] virtual absl::StatusOr<uint64_t> TakeOwnerEpoch(
+      uint32_t shard) = 0;
+
+  // Who hears of a lost shard; set before the first TakeOwnerEpoch. A local
+  // log never loses its shard and ignores it.
+  virtual void SetShardLostHandler(ShardLostFn /*lost*/) {}
 
   // Applies the retention policy as of `now_ms` (wall clock): removes full
   // records and compact entries of finished transactions that are due. Runs
   // without stalling appends. Raises the deduplication horizon.
   [[nodiscard]] virtual absl::Status RunRetention(int64_t now_ms) = 0;
 
-  // The oldest created_at (Unix ms) the log can still answer for: one more
-  // than the largest created_at of any transaction it has forgotten (0 when it
-  // has forgotten none). Durable: it never goes back, across restarts too.
-  virtual int64_t DedupHorizonMs() const = 0;
+  // The oldest created_at (Unix ms) the log can still answer for in `shard`:
+  // one more than the largest created_at of any transaction of the shard it
+  // has forgotten (0 when it has forgotten none). Durable: it never goes
+  // back, across restarts too.
+  virtual int64_t DedupHorizonMs(uint32_t shard) const = 0;
 
   virtual LogStats Stats() const = 0;
 };

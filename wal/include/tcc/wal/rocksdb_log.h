@@ -119,11 +119,14 @@ class RocksDbLog final : public Log {
   [[nodiscard]] absl::StatusOr<Approval> ReadApproval(
       std::string_view approval_id) override;
   [[nodiscard]] absl::StatusOr<ListPage> List(const ListQuery& query) override;
+  uint32_t shard_count() const override { return 1; }
   [[nodiscard]] absl::Status ScanUnfinished(
+      uint32_t shard,
       const std::function<absl::Status(TxnLog)>& visit) override;
-  [[nodiscard]] absl::StatusOr<uint64_t> TakeOwnerEpoch() override;
+  [[nodiscard]] absl::StatusOr<uint64_t> TakeOwnerEpoch(
+      uint32_t shard) override;
   [[nodiscard]] absl::Status RunRetention(int64_t now_ms) override;
-  int64_t DedupHorizonMs() const override;
+  int64_t DedupHorizonMs(uint32_t shard) const override;
   LogStats Stats() const override;
 
   // OK while the log works; the fail-stop error (UNAVAILABLE) once it

@@ -1,0 +1,334 @@
+// The etcd client against real etcd processes (the fixture's 3-member
+// cluster, or a cluster of the test's own when it kills members or needs
+// TLS and auth).
+#include "tcc/etcd/client.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "etcd_fault_proxy.h"
+#include "etcd_test_env.h"
+#include "tcc/etcd/lease_keeper.h"
+#include "tcc/etcd/watch_stream.h"
+
+namespace tcc::etcd::testing {
+namespace {
+
+namespace pb = etcdserverpb;
+
+std::unique_ptr<Client> Connect(ClientOptions o) {
+  absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(std::move(o));
+  REQUIRE(c.ok());
+  return *std::move(c);
+}
+
+std::unique_ptr<Client> Shared() {
+  ClientOptions o;
+  o.endpoints = SharedEtcdEndpoints();
+  return Connect(o);
+}
+
+void Put(pb::TxnRequest& t, const std::string& k, const std::string& v,
+         int64_t lease = 0) {
+  pb::PutRequest* p = t.add_success()->mutable_request_put();
+  p->set_key(k);
+  p->set_value(v);
+  p->set_lease(lease);
+}
+
+absl::StatusOr<std::string> Get(Client& c, const std::string& key) {
+  pb::RangeRequest r;
+  r.set_key(key);
+  absl::StatusOr<pb::RangeResponse> got = c.Range(r);
+  if (!got.ok()) return got.status();
+  if (got->kvs_size() == 0) return absl::NotFoundError(key);
+  return got->kvs(0).value();
+}
+
+// Waits (real time) until `pred` holds, up to `ms`.
+template <typename Pred>
+bool Eventually(Pred pred, int ms) {
+  for (int waited = 0; waited < ms; waited += 20) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+TEST_CASE("options are checked, naming the setting") {
+  ClientOptions o;
+  o.config_prefix = "cluster.etcd.";
+  absl::Status s = ValidateClientOptions(o);
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK_THAT(std::string(s.message()),
+             Catch::Contains("cluster.etcd.endpoints"));
+  o.endpoints = {"http://127.0.0.1:2379"};
+  CHECK_THAT(std::string(ValidateClientOptions(o).message()),
+             Catch::Contains("is not host:port"));
+  o.endpoints = {"127.0.0.1:2379"};
+  o.user = "tcc";
+  CHECK_THAT(std::string(ValidateClientOptions(o).message()),
+             Catch::Contains("cluster.etcd.password"));
+  o.password = "x";
+  CHECK(ValidateClientOptions(o).ok());
+}
+
+TEST_CASE("a Txn with nested Txns commits, and its compares choose branches") {
+  std::unique_ptr<Client> c = Shared();
+  const std::string p = UniqueKeyPrefix("nested");
+  pb::TxnRequest t;
+  pb::TxnRequest* inner = t.add_success()->mutable_request_txn();
+  pb::Compare* absent = inner->add_compare();
+  absent->set_key(p + "a");
+  absent->set_target(pb::Compare::CREATE);
+  absent->set_result(pb::Compare::EQUAL);
+  absent->set_create_revision(0);
+  Put(*inner, p + "a", "1");
+  inner->add_failure()->mutable_request_range()->set_key(p + "a");
+  pb::TxnRequest* other = t.add_success()->mutable_request_txn();
+  Put(*other, p + "b", "2");
+  absl::StatusOr<pb::TxnResponse> first = c->Txn(t);
+  REQUIRE(first.ok());
+  CHECK(first->responses(0).response_txn().succeeded());
+  CHECK(Get(*c, p + "a").value() == "1");
+  CHECK(Get(*c, p + "b").value() == "2");
+  // Again: the first nested Txn's compare fails, its failure branch reads
+  // the key; the second one applies again.
+  absl::StatusOr<pb::TxnResponse> second = c->Txn(t);
+  REQUIRE(second.ok());
+  const pb::TxnResponse& r = second->responses(0).response_txn();
+  CHECK_FALSE(r.succeeded());
+  REQUIRE(r.responses(0).response_range().kvs_size() == 1);
+  CHECK(r.responses(0).response_range().kvs(0).mod_revision() ==
+        first->header().revision());
+}
+
+TEST_CASE("--max-txn-ops counts along the nesting; a key twice is refused") {
+  std::unique_ptr<Client> c = Shared();
+  const std::string p = UniqueKeyPrefix("ops");
+  // The fixture runs etcd with --max-txn-ops 1024: the top level costs 1,
+  // the nested one its puts.
+  auto nested = [&](int puts) {
+    pb::TxnRequest t;
+    pb::TxnRequest* inner = t.add_success()->mutable_request_txn();
+    for (int i = 0; i < puts; ++i) Put(*inner, p + std::to_string(i), "v");
+    return c->Txn(t);
+  };
+  CHECK(nested(1023).ok());
+  absl::StatusOr<pb::TxnResponse> over = nested(1024);
+  CHECK(IsTooLarge(over.status()));
+  pb::TxnRequest twice;
+  Put(*twice.add_success()->mutable_request_txn(), p + "k", "1");
+  Put(*twice.add_success()->mutable_request_txn(), p + "k", "2");
+  absl::StatusOr<pb::TxnResponse> dup = c->Txn(twice);
+  CHECK(absl::IsInvalidArgument(dup.status()));
+  CHECK_THAT(std::string(dup.status().message()),
+             Catch::Contains("duplicate key"));
+}
+
+TEST_CASE("a call past its deadline is DEADLINE_EXCEEDED, an unknown outcome") {
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  ClientOptions o;
+  o.endpoints = {proxy.endpoint()};
+  std::unique_ptr<Client> c = Connect(o);
+  REQUIRE(c->Status().ok());
+  proxy.SetBlackhole(true);
+  pb::TxnRequest t;
+  Put(t, UniqueKeyPrefix("deadline") + "k", "v");
+  absl::StatusOr<pb::TxnResponse> r = c->Txn(t, 300);
+  CHECK(absl::IsDeadlineExceeded(r.status()));
+  CHECK(IsUnknownOutcome(r.status()));
+  proxy.SetBlackhole(false);
+  // A dropped reply: etcd applied it, the client cannot know.
+  proxy.DropTxnReplies(1);
+  const std::string key = UniqueKeyPrefix("dropped") + "k";
+  pb::TxnRequest put;
+  Put(put, key, "applied");
+  absl::StatusOr<pb::TxnResponse> lost = c->Txn(put);
+  CHECK(IsUnknownOutcome(lost.status()));
+  CHECK(Get(*c, key).value() == "applied");
+}
+
+TEST_CASE("a member killed: reads, writes and a keep-alive go on elsewhere") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+      EtcdCluster::Start({.members = 3});
+  REQUIRE(cluster.ok());
+  std::unique_ptr<Client> c = Connect((*cluster)->Client());
+  std::atomic<bool> lost{false};
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> keeper = LeaseKeeper::Grant(
+      *c, LeaseKeeperOptions{.ttl_ms = 2000, .margin_ms = 500},
+      SystemBootClock::Default(), [&](const absl::Status&) { lost = true; });
+  REQUIRE(keeper.ok());
+  const std::string key = UniqueKeyPrefix("kill") + "leased";
+  pb::TxnRequest t;
+  Put(t, key, "v", (*keeper)->lease_id());
+  REQUIRE(c->Txn(t).ok());
+  REQUIRE(Eventually([&] { return (*keeper)->answered() >= 1; }, 3000));
+  // Kill the member the client uses, mid keep-alive.
+  const size_t member = c->CurrentTarget().member;
+  REQUIRE((*cluster)->KillMember(static_cast<int>(member) + 1).ok());
+  const uint64_t before = (*keeper)->answered();
+  // Three TTLs later the lease is still there: kept alive by another member.
+  std::this_thread::sleep_for(std::chrono::milliseconds(6000));
+  CHECK_FALSE(lost.load());
+  CHECK((*keeper)->answered() > before);
+  CHECK((*keeper)->Trusted());
+  CHECK(Get(*c, key).value() == "v");
+  absl::StatusOr<pb::LeaseTimeToLiveResponse> ttl =
+      c->LeaseTimeToLive((*keeper)->lease_id());
+  REQUIRE(ttl.ok());
+  CHECK(ttl->ttl() > 0);
+  // Revoked: its key goes at once.
+  REQUIRE((*keeper)->Revoke().ok());
+  CHECK(absl::IsNotFound(Get(*c, key).status()));
+}
+
+TEST_CASE("keep-alive answers delayed past the margin end the lease's trust") {
+  std::unique_ptr<Client> direct = Shared();
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  ClientOptions o;
+  o.endpoints = {proxy.endpoint()};
+  std::unique_ptr<Client> c = Connect(o);
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> keeper = LeaseKeeper::Grant(
+      *c,
+      LeaseKeeperOptions{.ttl_ms = 3000, .margin_ms = 1000, .interval_ms = 500},
+      SystemBootClock::Default(), nullptr);
+  REQUIRE(keeper.ok());
+  REQUIRE(Eventually([&] { return (*keeper)->answered() >= 2; }, 3000));
+  CHECK((*keeper)->Trusted());
+  // Answers now come 2.5 s after their send: each only vouches for send +
+  // TTL - margin = send + 2 s, which has passed when it arrives.
+  proxy.SetKeepAliveDelayMs(2500);
+  CHECK(Eventually([&] { return !(*keeper)->Trusted(); }, 6000));
+  // etcd still holds the lease (it did get the keep-alives)...
+  absl::StatusOr<pb::LeaseTimeToLiveResponse> ttl =
+      direct->LeaseTimeToLive((*keeper)->lease_id());
+  REQUIRE(ttl.ok());
+  CHECK(ttl->ttl() > 0);
+  // ...and prompt answers bring the trust back.
+  proxy.SetKeepAliveDelayMs(0);
+  CHECK(Eventually([&] { return (*keeper)->Trusted(); }, 6000));
+  (*keeper)->Stop();
+}
+
+TEST_CASE("a lease that expired is reported lost once") {
+  std::unique_ptr<Client> c = Shared();
+  std::atomic<int> lost{0};
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> keeper = LeaseKeeper::Grant(
+      *c, LeaseKeeperOptions{.ttl_ms = 2000, .margin_ms = 500},
+      SystemBootClock::Default(), [&](const absl::Status&) { ++lost; });
+  REQUIRE(keeper.ok());
+  // Someone else revokes it: the next keep-alive is answered TTL 0.
+  REQUIRE(c->LeaseRevoke((*keeper)->lease_id()).ok());
+  CHECK(Eventually([&] { return lost.load() == 1; }, 3000));
+  CHECK((*keeper)->lost());
+  CHECK_FALSE((*keeper)->Trusted());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  CHECK(lost.load() == 1);
+}
+
+TEST_CASE("a watch delivers every change, across a member's death") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+      EtcdCluster::Start({.members = 3});
+  REQUIRE(cluster.ok());
+  std::unique_ptr<Client> c = Connect((*cluster)->Client());
+  const std::string p = UniqueKeyPrefix("watch");
+  std::mutex mu;
+  std::vector<std::string> seen;
+  WatchStream watch(
+      *c, WatchSpec{p, p + "\xff", 0},
+      [&](const pb::WatchResponse& r) {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const mvccpb::Event& e : r.events())
+          seen.push_back(e.kv().value());
+      },
+      nullptr);
+  auto count = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return seen.size();
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int i = 0; i < 5; ++i) {
+    pb::TxnRequest t;
+    Put(t, p + "k", std::to_string(i));
+    REQUIRE(c->Txn(t).ok());
+  }
+  REQUIRE(Eventually([&] { return count() == 5; }, 5000));
+  REQUIRE((*cluster)
+              ->KillMember(static_cast<int>(c->CurrentTarget().member) + 1)
+              .ok());
+  for (int i = 5; i < 10; ++i) {
+    pb::TxnRequest t;
+    Put(t, p + "k", std::to_string(i));
+    absl::StatusOr<pb::TxnResponse> r = c->Txn(t);
+    if (!r.ok()) r = c->Txn(t);  // the first may meet the dead member
+    REQUIRE(r.ok());
+  }
+  REQUIRE(Eventually([&] { return count() == 10; }, 10000));
+  std::lock_guard<std::mutex> lock(mu);
+  for (int i = 0; i < 10; ++i) CHECK(seen[i] == std::to_string(i));
+  watch.Stop();
+}
+
+TEST_CASE("mutual TLS and auth: a wrong certificate is refused, tokens renew") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster = EtcdCluster::Start(
+      {.members = 1, .tls = true, .auth = true, .auth_token_ttl_s = 2});
+  REQUIRE(cluster.ok());
+  const std::string dir = (*cluster)->dir();
+  const std::string key = UniqueKeyPrefix("auth") + "k";
+  {
+    std::unique_ptr<Client> c = Connect((*cluster)->Client());
+    pb::TxnRequest t;
+    Put(t, key, "v");
+    REQUIRE(c->Txn(t).ok());
+    // Simple tokens expire after 2 s: the client authenticates again.
+    std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+    CHECK(Get(*c, key).value() == "v");
+    CHECK(c->Txn(t).ok());
+  }
+  {
+    ClientOptions o = (*cluster)->Client();
+    o.tls_files.cert_file = dir + "/other-client.pem";
+    o.tls_files.key_file = dir + "/other-client-key.pem";
+    std::unique_ptr<Client> c = Connect(o);
+    absl::StatusOr<std::string> got = Get(*c, key);
+    CHECK_FALSE(got.ok());
+    CHECK(absl::IsUnavailable(got.status()));
+  }
+  {
+    ClientOptions o = (*cluster)->Client();
+    o.password = "wrong";
+    std::unique_ptr<Client> c = Connect(o);
+    absl::StatusOr<std::string> got = Get(*c, key);
+    CHECK(absl::IsInvalidArgument(got.status()));
+    CHECK_THAT(std::string(got.status().message()),
+               Catch::Contains("authentication failed"));
+  }
+  {
+    // No user nor password: etcd takes the client certificate's CN as the
+    // user (--client-cert-auth), so CN=tcc may read ...
+    ClientOptions o = (*cluster)->Client();
+    o.user.clear();
+    o.password.clear();
+    std::unique_ptr<Client> c = Connect(o);
+    CHECK(Get(*c, key).value() == "v");
+  }
+  {
+    // ... and CN=nobody, no etcd user, may not.
+    ClientOptions o = (*cluster)->Client();
+    o.user.clear();
+    o.password.clear();
+    o.tls_files.cert_file = dir + "/nobody-client.pem";
+    o.tls_files.key_file = dir + "/nobody-client-key.pem";
+    std::unique_ptr<Client> c = Connect(o);
+    absl::StatusOr<std::string> got = Get(*c, key);
+    INFO(got.status().ToString());
+    CHECK(absl::IsPermissionDenied(got.status()));
+  }
+}
+
+}  // namespace
+}  // namespace tcc::etcd::testing

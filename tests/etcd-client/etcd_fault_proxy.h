@@ -1,0 +1,57 @@
+// A gRPC proxy of our own between a client and one real etcd member, for
+// the faults a test must make happen at a chosen moment (the unknown
+// outcomes of DESIGN.md section 14): it serves etcd's KV, Lease and
+// Maintenance services on 127.0.0.1 (a port the OS picks) and forwards
+// every call to the member, except as told:
+// - DropTxnReplies(n): the next n Txns are forwarded (etcd applies them)
+//   and answered UNAVAILABLE, as if the reply was lost;
+// - DropTxnRequests(n): the next n Txns are answered UNAVAILABLE without
+//   being forwarded;
+// - SetKeepAliveDelayMs(ms): each keep-alive's answer is held that long;
+// - SetBlackhole(true): every call waits out its deadline (a member that
+//   stopped answering).
+//
+// Thread-safety: the knobs may be set from any thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
+#include "grpcpp/server.h"
+
+namespace tcc::etcd::testing {
+
+class EtcdFaultProxy {
+ public:
+  // `upstream`: the member's host:port (plaintext).
+  explicit EtcdFaultProxy(const std::string& upstream);
+  ~EtcdFaultProxy();
+  EtcdFaultProxy(const EtcdFaultProxy&) = delete;
+  EtcdFaultProxy& operator=(const EtcdFaultProxy&) = delete;
+
+  // host:port to point a client at.
+  std::string endpoint() const;
+
+  void DropTxnReplies(int n) { drop_replies_ = n; }
+  void DropTxnRequests(int n) { drop_requests_ = n; }
+  void SetKeepAliveDelayMs(int64_t ms) { keepalive_delay_ms_ = ms; }
+  void SetBlackhole(bool on) { blackhole_ = on; }
+  // Txns forwarded so far (dropped replies included).
+  int txns_forwarded() const { return txns_forwarded_.load(); }
+
+  class Services;
+
+ private:
+  std::atomic<int> drop_replies_{0};
+  std::atomic<int> drop_requests_{0};
+  std::atomic<int64_t> keepalive_delay_ms_{0};
+  std::atomic<bool> blackhole_{false};
+  std::atomic<int> txns_forwarded_{0};
+  std::unique_ptr<Services> services_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace tcc::etcd::testing

@@ -1,0 +1,355 @@
+// tccd in cluster mode on etcd (DESIGN.md section 14), end to end: real tccd,
+// tcc-bank and etcd processes. The etcd counterparts of the RocksDB-only
+// daemon tests: etcd unreachable (no exit; it resumes), etcd out of space
+// (registrations refused, nothing lost), another etcd under the cluster's
+// prefix (DATA_LOSS, exit 3); and the cluster's creation and its checks.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bank_cluster.h"
+#include "etcd_test_env.h"
+#include "process.h"
+#include "tcc/client/coordinator_client.h"
+#include "test_dirs.h"
+
+namespace {
+
+namespace v1 = tcc::v1;
+using tcc::etcd::testing::EtcdCluster;
+using tcc::harness::BankCluster;
+using tcc::harness::ClusterOptions;
+using tcc::harness::Process;
+using tcc::harness::ProcessOptions;
+
+ClusterOptions Options(const std::string& name,
+                       const std::vector<std::string>& endpoints) {
+  ClusterOptions o;
+  o.root_dir = tcc::harness::MakeTempDir("tccd-cluster-" + name);
+  o.remove_root_dir = true;
+  o.tccd_bin = TCC_TCCD_BIN;
+  o.bank_bin = TCC_BANK_BIN;
+  o.accounts = 20;
+  o.initial_balance = 1000;
+  o.etcd.endpoints = endpoints;
+  return o;
+}
+
+// A cluster config of its own for tccd run by hand.
+std::string WriteConfig(const std::string& dir,
+                        const std::vector<std::string>& endpoints,
+                        const std::string& prefix, int shards) {
+  const std::string path = dir + "/tccd.yaml";
+  std::ofstream out(path);
+  out << "data_dir: " << dir << "/data\nlisten: 127.0.0.1:0\n"
+      << "metrics_listen: \"\"\ncluster:\n  enabled: true\n  node_id: n1\n"
+      << "  advertise_address: 127.0.0.1:1\n  key_prefix: \"" << prefix
+      << "\"\n  shards: " << shards << "\n  lease_ttl_ms: 2000\n"
+      << "  lease_margin_ms: 500\n  etcd:\n    endpoints: ["
+      << absl::StrJoin(endpoints, ", ") << "]\n";
+  return path;
+}
+
+// Runs tccd to its end; its exit code and what it printed.
+std::pair<int, std::string> RunTccd(std::vector<std::string> args,
+                                    int64_t timeout_ms = 30000) {
+  args.insert(args.begin(), TCC_TCCD_BIN);
+  auto p = Process::Start(ProcessOptions{args, {}, "", "tccd"});
+  REQUIRE(p.ok());
+  auto status = (*p)->Wait(timeout_ms);
+  if (!status.ok()) {
+    (*p)->Kill();
+    return {-1, (*p)->Output()};
+  }
+  return {WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, (*p)->Output()};
+}
+
+}  // namespace
+
+TEST_CASE("a cluster is created once; a node refuses a prefix without one") {
+  const std::vector<std::string> etcd =
+      tcc::etcd::testing::SharedEtcdEndpoints();
+  const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-init");
+  const tcc::harness::Cleanup cleanup{dir};
+  const std::string prefix = tcc::etcd::testing::UniqueKeyPrefix("init");
+  const std::string config = WriteConfig(dir, etcd, prefix, 4);
+  // No cluster there yet: refused (never taken for a new one).
+  auto [code, out] = RunTccd({"--config", config});
+  CHECK(code != 0);
+  CHECK_THAT(out, Catch::Contains("--init-cluster"));
+  auto [made, made_out] = RunTccd({"--config", config, "--init-cluster"});
+  CHECK(made == 0);
+  CHECK_THAT(made_out, Catch::Contains("4 shards"));
+  auto [again, again_out] = RunTccd({"--config", config, "--init-cluster"});
+  CHECK(again != 0);
+  CHECK_THAT(again_out, Catch::Contains("exists already"));
+  // Another shard count at start: refused, naming the key.
+  const std::string other = WriteConfig(dir, etcd, prefix, 8);
+  auto [refused, refused_out] = RunTccd({"--config", other});
+  CHECK(refused == 2);
+  CHECK_THAT(refused_out, Catch::Contains("cluster.shards"));
+  // Without cluster mode --init-cluster says which key is off.
+  auto [off, off_out] = RunTccd({"--init-cluster", "--data-dir", dir + "/x"});
+  CHECK(off == 2);
+  CHECK_THAT(off_out, Catch::Contains("cluster.enabled"));
+}
+
+TEST_CASE("etcd unreachable: tccd does not exit, and resumes when it is back") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> etcd =
+      EtcdCluster::Start({.members = 1});
+  REQUIRE(etcd.ok());
+  BankCluster c(Options("unreachable", (*etcd)->endpoints()));
+  REQUIRE(c.Start().ok());
+  auto first = c.Transfer("bank-a", 1, "bank-b", 2, 10);
+  REQUIRE(c.client().Submit(first).ok());
+  REQUIRE((*etcd)->StopMember(1).ok());
+  auto client = c.NewClient(1, 2000);
+  auto during = c.Transfer("bank-a", 3, "bank-b", 4, 10);
+  auto r = client->Submit(during);
+  CHECK_FALSE(r.ok());  // nothing can be made durable
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+  CHECK(c.tccd()->Running());  // no exit because etcd is unreachable
+  REQUIRE((*etcd)->StartMember(1).ok());
+  auto after = c.NewClient(20, 5000);
+  auto later = c.Transfer("bank-a", 5, "bank-b", 6, 10);
+  REQUIRE(after->Submit(later).ok());
+  // The one submitted during the outage either never registered or ends.
+  std::vector<std::string> known = {first.gid(), later.gid()};
+  if (after->Get(during.gid()).ok()) known.push_back(during.gid());
+  CHECK(c.CheckFinal(known, 60000).ok());
+}
+
+TEST_CASE("etcd out of space: registrations refused, nothing lost") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> etcd =
+      EtcdCluster::Start({.members = 1, .quota_backend_bytes = 4 << 20});
+  REQUIRE(etcd.ok());
+  BankCluster c(Options("nospace", (*etcd)->endpoints()));
+  REQUIRE(c.Start().ok());
+  std::vector<std::string> done;
+  for (int i = 0; i < 5; ++i) {
+    auto req = c.Transfer("bank-a", i, "bank-b", i, 1);
+    REQUIRE(c.client().Submit(req).ok());
+    done.push_back(req.gid());
+  }
+  // Someone else fills etcd to its quota (its NOSPACE alarm goes on). etcd
+  // checks the quota against its size as of its last backend commit (every
+  // 100 ms), so the puts go on until one is refused (bounded: 64 MiB).
+  absl::StatusOr<std::unique_ptr<tcc::etcd::Client>> filler =
+      tcc::etcd::Client::Connect((*etcd)->Client());
+  REQUIRE(filler.ok());
+  absl::Status filled;
+  for (int i = 0; i < 2048 && filled.ok(); ++i) {
+    etcdserverpb::TxnRequest t;
+    auto* put = t.add_success()->mutable_request_put();
+    put->set_key("/filler/" + std::to_string(i));
+    put->set_value(std::string(32 << 10, 'x'));
+    filled = (*filler)->Txn(t).status();
+  }
+  INFO(filled.ToString());
+  REQUIRE(tcc::etcd::IsNoSpace(filled));
+  auto client = c.NewClient(1, 5000);
+  auto late = c.Transfer("bank-a", 10, "bank-b", 10, 1);
+  auto refused = client->Submit(late);
+  INFO(refused.status().ToString());
+  CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(c.tccd()->Running());
+  CHECK(c.CheckFinal(done, 30000).ok());
+}
+
+TEST_CASE("another etcd under the cluster's prefix is DATA_LOSS (exit 3)") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> first =
+      EtcdCluster::Start({.members = 1});
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> second =
+      EtcdCluster::Start({.members = 1});
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-moved");
+  const tcc::harness::Cleanup cleanup{dir};
+  const std::string prefix = "/tccd/";
+  REQUIRE(
+      RunTccd({"--config", WriteConfig(dir, (*first)->endpoints(), prefix, 4),
+               "--init-cluster"})
+          .first == 0);
+  // The cluster record copied onto another etcd (a restore elsewhere, or a
+  // replaced etcd): its cluster_id is not the one the record names.
+  absl::StatusOr<std::unique_ptr<tcc::etcd::Client>> from =
+      tcc::etcd::Client::Connect((*first)->Client());
+  absl::StatusOr<std::unique_ptr<tcc::etcd::Client>> to =
+      tcc::etcd::Client::Connect((*second)->Client());
+  REQUIRE(from.ok());
+  REQUIRE(to.ok());
+  etcdserverpb::RangeRequest read;
+  read.set_key(prefix);
+  read.set_range_end("/tccd0");
+  auto all = (*from)->Range(read);
+  REQUIRE(all.ok());
+  etcdserverpb::TxnRequest copy;
+  for (const auto& kv : all->kvs()) {
+    auto* put = copy.add_success()->mutable_request_put();
+    put->set_key(kv.key());
+    put->set_value(kv.value());
+  }
+  REQUIRE((*to)->Txn(copy).ok());
+  auto [code, out] = RunTccd(
+      {"--config", WriteConfig(dir, (*second)->endpoints(), prefix, 4)});
+  CHECK(code == 3);
+  CHECK_THAT(out, Catch::Contains("cluster_id"));
+}
+
+TEST_CASE(
+    "the fence: a node paused past its lease writes nothing once "
+    "another took its shards") {
+  // Node 1 (the harness's tccd) on the fixture's etcd.
+  BankCluster c(Options("fence", tcc::etcd::testing::SharedEtcdEndpoints()));
+  REQUIRE(c.Start().ok());
+  std::vector<std::string> gids;
+  for (int i = 0; i < 4; ++i) {
+    auto req = c.Transfer("bank-a", i, "bank-b", i, 1);
+    REQUIRE(c.client().Submit(req).ok());
+    gids.push_back(req.gid());
+  }
+  // Paused past its lease (2 s): node 2 takes every shard, with higher
+  // epochs, once node 1's lease has expired.
+  c.tccd()->Signal(SIGSTOP);
+  std::string config;
+  {
+    std::ifstream in(c.tccd_config_path());
+    config.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string one = "node_id: " + c.etcd().node_id;
+  const size_t at = config.find(one);
+  REQUIRE(at != std::string::npos);
+  config.replace(at, one.size(), "node_id: node-2");
+  const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-fence-2");
+  const tcc::harness::Cleanup cleanup{dir};
+  {
+    std::ofstream out(dir + "/tccd.yaml");
+    out << config;
+  }
+  auto second = Process::Start(ProcessOptions{
+      {TCC_TCCD_BIN, "--config", dir + "/tccd.yaml", "--data-dir",
+       dir + "/data", "--listen", "127.0.0.1:0", "--metrics-listen", "off"},
+      {},
+      dir + "/tccd.log",
+      "tccd node-2"});
+  REQUIRE(second.ok());
+  auto port = (*second)->WaitForListening(60000);
+  INFO((*second)->Output());
+  REQUIRE(port.ok());
+  tcc::client::ClientOptions co;
+  co.address = absl::StrCat("127.0.0.1:", *port);
+  co.max_attempts = 3;
+  co.attempt_timeout_ms = 10000;
+  tcc::client::CoordinatorClient to_second(co);
+  for (int i = 4; i < 8; ++i) {
+    auto req = c.Transfer("bank-a", i, "bank-b", i, 1);
+    auto r = to_second.Submit(req);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    gids.push_back(req.gid());
+  }
+  // Node 1 goes on, believing it owns the shards: etcd refuses every write
+  // of its (the fence), so a new transaction sent to it is UNAVAILABLE and
+  // nothing of it is written; node 1 does not exit.
+  c.tccd()->Signal(SIGCONT);
+  auto once = c.NewClient(1, 10000);
+  auto late = c.Transfer("bank-a", 9, "bank-b", 9, 1);
+  auto refused = once->Submit(late);
+  INFO(refused.status().ToString());
+  CHECK(refused.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(to_second.Get(late.gid()).status().code() ==
+        absl::StatusCode::kNotFound);
+  CHECK(c.tccd()->Running());
+  // Node 2 goes; node 1, restarted, takes the shards back (a higher epoch
+  // again) and every transaction is final with the money conserved.
+  (*second)->Kill();
+  c.KillTccd();
+  REQUIRE(c.StartTccd().ok());
+  CHECK(c.CheckFinal(gids, 60000).ok());
+}
+
+TEST_CASE("a second live tccd with the same node id refuses to start") {
+  BankCluster c(Options("same-id", tcc::etcd::testing::SharedEtcdEndpoints()));
+  REQUIRE(c.Start().ok());
+  const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-same-id");
+  const tcc::harness::Cleanup cleanup{dir};
+  auto [code, out] =
+      RunTccd({"--config", c.tccd_config_path(), "--data-dir", dir + "/data",
+               "--listen", "127.0.0.1:0", "--metrics-listen", "off"});
+  INFO(out);
+  CHECK(code != 0);
+  CHECK_THAT(out, Catch::Contains("cluster.node_id node-1: another tccd"));
+  // The first goes on.
+  CHECK(c.tccd()->Running());
+  auto req = c.Transfer("bank-a", 1, "bank-b", 2, 1);
+  CHECK(c.client().Submit(req).ok());
+  CHECK(c.CheckFinal({req.gid()}, 30000).ok());
+}
+
+TEST_CASE(
+    "tccd to etcd over mutual TLS with a user whose password is in a "
+    "file") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> etcd =
+      EtcdCluster::Start({.members = 1, .tls = true, .auth = true});
+  REQUIRE(etcd.ok());
+  const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-tls");
+  const tcc::harness::Cleanup cleanup{dir};
+  const std::string certs = (*etcd)->dir();
+  const std::string password_file = dir + "/etcd-password";
+  {
+    std::ofstream out(password_file);
+    out << "tcc-password\n";
+  }
+  std::filesystem::permissions(
+      password_file,
+      std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto config = [&](const std::string& cert, const std::string& password) {
+    const std::string path = WriteConfig(dir, (*etcd)->endpoints(), "/tls/", 4);
+    std::ofstream out(path, std::ios::app);
+    out << "    tls: true\n    ca_file: " << certs << "/ca.pem\n"
+        << "    cert_file: " << certs << "/" << cert << ".pem\n"
+        << "    key_file: " << certs << "/" << cert << "-key.pem\n"
+        << "    user: tcc\n    password_file: " << password << "\n";
+    return path;
+  };
+  // The right certificate and password: the cluster is created.
+  auto [made, made_out] =
+      RunTccd({"--config", config("client", password_file), "--init-cluster"});
+  INFO(made_out);
+  CHECK(made == 0);
+  // A certificate of another CA: refused by etcd, tccd exits.
+  auto [other, other_out] = RunTccd(
+      {"--config", config("other-client", password_file), "--init-cluster"});
+  INFO(other_out);
+  CHECK(other != 0);
+  // A wrong password: refused, said so.
+  const std::string wrong = dir + "/wrong-password";
+  {
+    std::ofstream out(wrong);
+    out << "not-it\n";
+  }
+  std::filesystem::permissions(wrong, std::filesystem::perms::owner_read |
+                                          std::filesystem::perms::owner_write);
+  auto [bad, bad_out] =
+      RunTccd({"--config", config("client", wrong), "--init-cluster"});
+  INFO(bad_out);
+  CHECK(bad != 0);
+  CHECK_THAT(bad_out, Catch::Contains("authentication failed"));
+  // A password file others may read: refused before etcd is asked, naming
+  // the key.
+  std::filesystem::permissions(wrong, std::filesystem::perms::others_read,
+                               std::filesystem::perm_options::add);
+  auto [loose, loose_out] =
+      RunTccd({"--config", config("client", wrong), "--init-cluster"});
+  INFO(loose_out);
+  CHECK(loose == 2);
+  CHECK_THAT(loose_out, Catch::Contains("cluster.etcd.password_file"));
+}

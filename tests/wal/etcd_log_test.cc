@@ -1,0 +1,459 @@
+// The etcd log's own cases (DESIGN.md section 14), beyond the conformance
+// suite it passes with the other logs: fences, unknown outcomes (a fault
+// proxy of ours drops replies and requests), group limits, stale views,
+// retention racing a registration, etcd members down or restarted, etcd out
+// of space, and the cluster checks. Real etcd processes throughout.
+#include "tcc/wal/etcd_log.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "etcd/etcd_codec.h"
+#include "etcd/etcd_keys.h"
+#include "etcd_fault_proxy.h"
+#include "etcd_test_env.h"
+#include "log_factories.h"
+#include "log_test_util.h"
+
+namespace tcc::wal::testing {
+namespace {
+
+namespace pb = etcdserverpb;
+using etcd::testing::EtcdCluster;
+using etcd::testing::EtcdFaultProxy;
+using etcd::testing::SharedEtcdEndpoints;
+
+absl::Status Register(Log& log, const std::string& gid,
+                      int64_t created_at_ms = 100) {
+  return AppendAndWait(log, Req(gid, {MakeRegistered(gid, created_at_ms)}));
+}
+
+size_t Records(Log& log, const std::string& gid) {
+  absl::StatusOr<TxnLog> t = log.Read(gid);
+  REQUIRE(t.ok());
+  return t->records.size();
+}
+
+// Issues every append at once (one group) and returns their statuses.
+std::vector<absl::Status> AppendAll(Log& log,
+                                    std::vector<AppendRequest> requests) {
+  std::vector<std::future<absl::Status>> results;
+  for (AppendRequest& r : requests) {
+    auto promise = std::make_shared<std::promise<absl::Status>>();
+    results.push_back(promise->get_future());
+    log.Append(std::move(r),
+               [promise](absl::Status s) { promise->set_value(std::move(s)); });
+  }
+  std::vector<absl::Status> out;
+  for (auto& f : results) out.push_back(f.get());
+  return out;
+}
+
+// A gid of shard `k` among `shards`.
+std::string GidOfShard(uint32_t k, uint32_t shards, const std::string& stem) {
+  for (int i = 0;; ++i) {
+    std::string gid = stem + std::to_string(i);
+    if (ShardOfGid(gid, shards) == k) return gid;
+  }
+}
+
+// Takes shard k away from the harness's node: deletes its owner key and
+// creates it under another lease (as a node that took the shard over).
+int64_t StealShard(EtcdHarness& h, uint32_t k) {
+  const internal::etcd_keys::Layout keys(h.prefix());
+  absl::StatusOr<pb::LeaseGrantResponse> lease = h.client().LeaseGrant(30);
+  REQUIRE(lease.ok());
+  pb::TxnRequest t;
+  t.add_success()->mutable_request_delete_range()->set_key(keys.Owner(k));
+  REQUIRE(h.client().Txn(t).ok());
+  pb::TxnRequest put;
+  pb::PutRequest* p = put.add_success()->mutable_request_put();
+  p->set_key(keys.Owner(k));
+  p->set_value("node-2\n127.0.0.1:2");
+  p->set_lease(lease->id());
+  REQUIRE(h.client().Txn(put).ok());
+  return lease->id();
+}
+
+TEST_CASE("a fenced write is refused once another node owns the shard") {
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {}, .shards = 2});
+  std::atomic<int> lost{0};
+  std::atomic<uint32_t> lost_shard{99};
+  h.etcd_log().SetShardLostHandler([&](uint32_t k, const absl::Status&) {
+    lost_shard = k;
+    ++lost;
+  });
+  const std::string a = GidOfShard(0, 2, "a");
+  const std::string b = GidOfShard(1, 2, "b");
+  REQUIRE(Register(h.log(), a).ok());
+  REQUIRE(Register(h.log(), b).ok());
+  StealShard(h, 0);
+  absl::Status refused =
+      AppendAndWait(h.log(), Req(a, {MakePhase("b0", PhaseState::kUnknown)}));
+  CHECK(absl::IsUnavailable(refused));
+  CHECK(lost.load() == 1);
+  CHECK(lost_shard.load() == 0);
+  CHECK_FALSE(h.etcd_log().Owns(0));
+  CHECK(Records(h.log(), a) == 1);  // nothing written
+  // Every later write for it is refused too; the other shard goes on.
+  CHECK(absl::IsUnavailable(Register(h.log(), GidOfShard(0, 2, "c"))));
+  CHECK(AppendAndWait(h.log(), Req(b, {MakePhase("b0", PhaseState::kUnknown)}))
+            .ok());
+  CHECK(lost.load() == 1);
+}
+
+TEST_CASE(
+    "one fence failing inside a multi-shard group refuses only its shard") {
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {}, .shards = 4});
+  std::vector<std::string> gids;
+  for (uint32_t k = 0; k < 4; ++k) {
+    gids.push_back(GidOfShard(k, 4, "g"));
+    REQUIRE(Register(h.log(), gids.back()).ok());
+  }
+  StealShard(h, 2);
+  std::vector<AppendRequest> group;
+  for (const std::string& g : gids) {
+    group.push_back(Req(g, {MakePhase("b0", PhaseState::kSucceeded)}));
+  }
+  std::vector<absl::Status> got = AppendAll(h.log(), std::move(group));
+  for (uint32_t k = 0; k < 4; ++k) {
+    INFO("shard " << k << ": " << got[k].ToString());
+    if (k == 2) {
+      CHECK(absl::IsUnavailable(got[k]));
+      CHECK(Records(h.log(), gids[k]) == 1);
+    } else {
+      CHECK(got[k].ok());
+      CHECK(Records(h.log(), gids[k]) == 2);
+    }
+  }
+}
+
+TEST_CASE("a Txn committed while its reply is dropped ends OK, stored once") {
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {proxy.endpoint()}});
+  REQUIRE(Register(h.log(), "g1").ok());
+  // The registration of g2 commits in etcd; its answer is lost. The log
+  // sends the identical Txn again: its compare fails and the head read back
+  // shows the append as this log's own.
+  proxy.DropTxnReplies(1);
+  CHECK(Register(h.log(), "g2").ok());
+  proxy.DropTxnReplies(2);
+  CHECK(AppendAndWait(h.log(),
+                      Req("g1", {MakePhase("b0", PhaseState::kUnknown),
+                                 MakePhase("b0", PhaseState::kSucceeded)}))
+            .ok());
+  CHECK(Records(h.log(), "g2") == 1);
+  CHECK(Records(h.log(), "g1") == 3);
+  // And the next append follows them (the view is right).
+  CHECK(AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kConfirm)}))
+            .ok());
+  CHECK(Records(h.log(), "g1") == 4);
+}
+
+TEST_CASE("a Txn whose request is dropped is sent again and applied once") {
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {proxy.endpoint()}});
+  REQUIRE(Register(h.log(), "g1").ok());
+  proxy.DropTxnRequests(3);
+  CHECK(
+      AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kCancel)})).ok());
+  CHECK(Records(h.log(), "g1") == 2);
+  CHECK(h.log().Read("g1")->summary.decision == Decision::kCancel);
+}
+
+TEST_CASE("a lost campaign reply is resolved by reading the owner key") {
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {proxy.endpoint()}});
+  absl::StatusOr<uint64_t> before = h.log().TakeOwnerEpoch(0);
+  REQUIRE(before.ok());
+  // The fenced delete answers, the campaign's answer is lost: the key read
+  // back carries this node's lease, its create_revision is the epoch.
+  proxy.DropTxnReplies(0);
+  const int forwarded = proxy.txns_forwarded();
+  proxy.DropTxnReplies(2);
+  absl::StatusOr<uint64_t> after = h.log().TakeOwnerEpoch(0);
+  REQUIRE(after.ok());
+  CHECK(*after > *before);
+  CHECK(proxy.txns_forwarded() > forwarded + 2);
+  CHECK(Register(h.log(), "g1").ok());  // the fence holds with that epoch
+}
+
+TEST_CASE("two appends of one gid in one group land in order") {
+  EtcdHarness h(RetentionPolicy{});
+  REQUIRE(Register(h.log(), "g1").ok());
+  std::vector<AppendRequest> group;
+  for (uint32_t i = 0; i < 10; ++i) {
+    PhaseUpdate p = MakePhase("b0", PhaseState::kUnknown);
+    p.attempts = i;
+    group.push_back(
+        Req("g1", {p}, i % 2 ? Durability::kBuffered : Durability::kDurable));
+  }
+  group.push_back(Req("g1", {MakeDecided(Decision::kConfirm)}));
+  group.push_back(Req("g1", {MakeDecided(Decision::kCancel)}));
+  std::vector<absl::Status> got = AppendAll(h.log(), std::move(group));
+  for (size_t i = 0; i < 11; ++i) CHECK(got[i].ok());
+  CHECK(absl::IsFailedPrecondition(got[11]));
+  absl::StatusOr<TxnLog> t = h.log().Read("g1");
+  REQUIRE(t.ok());
+  REQUIRE(t->records.size() == 12);
+  for (uint32_t i = 0; i < 10; ++i) {
+    CHECK(std::get<PhaseUpdate>(t->records[1 + i]).attempts == i);
+  }
+}
+
+TEST_CASE("groups fit --max-txn-ops along the nesting, and requests' bytes") {
+  // A log told etcd takes 40 ops per Txn: along a path a registration costs
+  // 3 (top: the shards) + its shard's gids + 3 (its compares), so one Txn
+  // holds at most 3 x 34 = 102 of them and 120 at once need two Txns or more
+  // (group_txn_test checks the cost rule itself).
+  EtcdHarness h(
+      RetentionPolicy{},
+      EtcdHarnessOptions{.endpoints = {}, .shards = 3, .max_txn_ops = 40});
+  std::vector<AppendRequest> group;
+  for (int i = 0; i < 120; ++i) {
+    const std::string gid = "g" + std::to_string(i);
+    group.push_back(Req(gid, {MakeRegistered(gid, 100)}));
+  }
+  const uint64_t before = h.etcd_log().txns_sent();
+  for (const absl::Status& s : AppendAll(h.log(), std::move(group))) {
+    CHECK(s.ok());
+  }
+  CHECK(h.etcd_log().txns_sent() - before >= 2);
+  CHECK(h.log().Stats().unfinished == 120);
+}
+
+TEST_CASE("a registration too large for one etcd request is INVALID_ARGUMENT") {
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {},
+                                   .shards = 1,
+                                   .max_txn_ops = 1024,
+                                   .max_request_bytes = 256 << 10});
+  Registered big = MakeRegistered("big", 100);
+  big.branches[0].payload = std::string(300 << 10, 'x');
+  absl::Status s = AppendAndWait(h.log(), Req("big", {big}));
+  CHECK(absl::IsInvalidArgument(s));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("max-request-bytes"));
+  CHECK(absl::IsNotFound(h.log().Read("big").status()));
+  CHECK(Register(h.log(), "small").ok());
+}
+
+TEST_CASE("a write after a stale read is ABORTED until the gid is read again") {
+  EtcdHarness h(RetentionPolicy{});
+  REQUIRE(Register(h.log(), "g1").ok());
+  REQUIRE(Register(h.log(), "g2").ok());
+  // Another writer (a second log on the same lease, as a deposed and
+  // restored owner would be) appends to g1 behind this log's back.
+  EtcdLogOptions other_options = h.log_options();
+  other_options.archive_dir += "-other";
+  absl::StatusOr<std::unique_ptr<EtcdLog>> other = EtcdLog::Open(other_options);
+  REQUIRE(other.ok());
+  REQUIRE((*other)->TakeOwnerEpoch(0).ok());
+  REQUIRE(
+      AppendAndWait(**other, Req("g1", {MakeDecided(Decision::kCancel)})).ok());
+  // The first log's epoch is gone with the owner key it had: take it back.
+  REQUIRE(h.etcd_log().TakeOwnerEpoch(0).ok());
+  // One group, one stale gid: that gid is ABORTED, the other commits.
+  std::vector<absl::Status> got =
+      AppendAll(h.log(), {Req("g1", {MakeDecided(Decision::kConfirm)}),
+                          Req("g2", {MakePhase("b0", PhaseState::kUnknown)})});
+  CHECK(absl::IsAborted(got[0]));
+  CHECK(got[1].ok());
+  // Still ABORTED until the caller reads it again...
+  CHECK(absl::IsAborted(AppendAndWait(
+      h.log(), Req("g1", {MakePhase("b0", PhaseState::kUnknown)}))));
+  absl::StatusOr<TxnLog> fresh = h.log().Read("g1");
+  REQUIRE(fresh.ok());
+  CHECK(fresh->summary.decision == Decision::kCancel);
+  // ...then the rules see the decision that stands.
+  CHECK(absl::IsFailedPrecondition(
+      AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kConfirm)}))));
+  CHECK(
+      AppendAndWait(h.log(), Req("g1", {MakePhase("b0", PhaseState::kUnknown)}))
+          .ok());
+  CHECK(Records(h.log(), "g1") == 3);
+}
+
+TEST_CASE("retention racing a registration at the horizon refuses it") {
+  RetentionPolicy policy;
+  policy.full_record_ms = 1000;
+  policy.compact_entry_ms = 2000;
+  EtcdHarness h(policy);
+  REQUIRE(Register(h.log(), "old", 500).ok());
+  REQUIRE(AppendAndWait(h.log(),
+                        Req("old", {MakeDecided(Decision::kCancel),
+                                    MakeFinished(TxnState::kCancelled, 1000)}))
+              .ok());
+  // Another node's retention (a second log, same lease) raises the horizon
+  // to 501 while this log still believes it is 0: its registration of a
+  // created_at below it is refused by etcd's compare, not by a local check.
+  EtcdLogOptions other_options = h.log_options();
+  other_options.archive_dir += "-other";
+  absl::StatusOr<std::unique_ptr<EtcdLog>> other = EtcdLog::Open(other_options);
+  REQUIRE(other.ok());
+  REQUIRE((*other)->TakeOwnerEpoch(0).ok());
+  REQUIRE((*other)->RunRetention(5000).ok());
+  CHECK((*other)->DedupHorizonMs(0) == 501);
+  REQUIRE(h.etcd_log().TakeOwnerEpoch(0).ok());  // back to this log
+  CHECK(h.log().DedupHorizonMs(0) == 501);       // read with the campaign
+  CHECK(absl::IsFailedPrecondition(Register(h.log(), "young", 400)));
+  CHECK(Register(h.log(), "fresh", 501).ok());
+}
+
+TEST_CASE("a member down: appends go on; etcd restarted mid-append: it lands") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+      EtcdCluster::Start({.members = 3});
+  REQUIRE(cluster.ok());
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = (*cluster)->endpoints()});
+  REQUIRE(Register(h.log(), "g1").ok());
+  REQUIRE((*cluster)->KillMember(1).ok());
+  CHECK(Register(h.log(), "g2").ok());
+  CHECK(
+      AppendAndWait(h.log(), Req("g1", {MakePhase("b0", PhaseState::kUnknown)}))
+          .ok());
+  // Without a majority nothing commits: the append waits, and lands once
+  // the members are back (no error, no exit).
+  REQUIRE((*cluster)->StopMember(2).ok());
+  auto promise = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> pending = promise->get_future();
+  h.log().Append(Req("g1", {MakeDecided(Decision::kConfirm)}),
+                 [promise](absl::Status s) { promise->set_value(s); });
+  CHECK(pending.wait_for(std::chrono::seconds(3)) ==
+        std::future_status::timeout);
+  REQUIRE((*cluster)->StartMembers({2, 1}).ok());
+  REQUIRE(pending.wait_for(std::chrono::seconds(60)) ==
+          std::future_status::ready);
+  CHECK(pending.get().ok());
+  CHECK(Records(h.log(), "g1") == 3);
+  CHECK(Records(h.log(), "g2") == 1);
+}
+
+TEST_CASE("etcd restarted whole mid-append: the append lands once") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+      EtcdCluster::Start({.members = 3});
+  REQUIRE(cluster.ok());
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = (*cluster)->endpoints()});
+  REQUIRE(Register(h.log(), "g1").ok());
+  for (int m = 1; m <= 3; ++m) REQUIRE((*cluster)->StopMember(m).ok());
+  auto promise = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> pending = promise->get_future();
+  h.log().Append(Req("g1", {MakeDecided(Decision::kConfirm)}),
+                 [promise](absl::Status s) { promise->set_value(s); });
+  CHECK(pending.wait_for(std::chrono::seconds(2)) ==
+        std::future_status::timeout);
+  REQUIRE((*cluster)->StartMembers({1, 2, 3}).ok());
+  REQUIRE(pending.wait_for(std::chrono::seconds(60)) ==
+          std::future_status::ready);
+  CHECK(pending.get().ok());
+  absl::StatusOr<TxnLog> t = h.log().Read("g1");
+  REQUIRE(t.ok());
+  CHECK(t->records.size() == 2);
+  CHECK(t->summary.decision == Decision::kConfirm);
+}
+
+TEST_CASE("etcd out of space: appends wait, and go on once space is freed") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+      EtcdCluster::Start({.members = 1, .quota_backend_bytes = 2 << 20});
+  REQUIRE(cluster.ok());
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = (*cluster)->endpoints()});
+  REQUIRE(Register(h.log(), "open").ok());
+  // Someone else's keys take etcd to its quota: its NOSPACE alarm goes on.
+  // etcd checks the quota against its size as of its last backend commit
+  // (every 100 ms), so puts go on past the quota until one is refused
+  // (bounded: 64 MiB at most).
+  absl::StatusOr<std::unique_ptr<etcd::Client>> filler =
+      etcd::Client::Connect((*cluster)->Client());
+  REQUIRE(filler.ok());
+  absl::Status put;
+  for (int i = 0; i < 2048 && put.ok(); ++i) {
+    pb::TxnRequest t;
+    pb::PutRequest* p = t.add_success()->mutable_request_put();
+    p->set_key("/filler/" + std::to_string(i));
+    p->set_value(std::string(32 << 10, 'x'));
+    put = (*filler)->Txn(t).status();
+  }
+  INFO(put.ToString());
+  REQUIRE(etcd::IsNoSpace(put));
+  CHECK(absl::IsResourceExhausted(Register(h.log(), "refused")));
+  // An append of an open transaction is not refused: it waits for space.
+  auto promise = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> pending = promise->get_future();
+  h.log().Append(Req("open", {MakePhase("b0", PhaseState::kUnknown)}),
+                 [promise](absl::Status s) { promise->set_value(s); });
+  CHECK(pending.wait_for(std::chrono::seconds(2)) ==
+        std::future_status::timeout);
+  // The operator frees space: the append lands, registrations go on.
+  REQUIRE((*cluster)->FreeSpace("/filler/").ok());
+  REQUIRE(pending.wait_for(std::chrono::seconds(60)) ==
+          std::future_status::ready);
+  CHECK(pending.get().ok());
+  CHECK(Records(h.log(), "open") == 2);
+  CHECK(absl::IsNotFound(h.log().Read("refused").status()));
+  CHECK(Register(h.log(), "after").ok());
+}
+
+TEST_CASE("etcd out of space refuses registrations and loses nothing") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+      EtcdCluster::Start({.members = 1, .quota_backend_bytes = 2 << 20});
+  REQUIRE(cluster.ok());
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = (*cluster)->endpoints()});
+  std::vector<std::string> registered;
+  absl::Status last;
+  // Bounded: etcd checks its quota against its size as of its last backend
+  // commit, so appends go on a little past it.
+  for (int i = 0; i < 1024 && last.ok(); ++i) {
+    const std::string gid = "g" + std::to_string(i);
+    Registered r = MakeRegistered(gid, 100);
+    r.branches[0].payload = std::string(16 << 10, 'x');
+    last = AppendAndWait(h.log(), Req(gid, {r}));
+    if (last.ok()) registered.push_back(gid);
+  }
+  INFO(last.ToString());
+  CHECK(absl::IsResourceExhausted(last));
+  CHECK_THAT(std::string(last.message()), Catch::Contains("out of space"));
+  REQUIRE(!registered.empty());
+  for (const std::string& gid : registered) {
+    CHECK(Records(h.log(), gid) == 1);
+  }
+}
+
+TEST_CASE("a prefix with no cluster, or another etcd, is refused") {
+  etcd::ClientOptions co;
+  co.endpoints = SharedEtcdEndpoints();
+  absl::StatusOr<std::unique_ptr<etcd::Client>> client =
+      etcd::Client::Connect(co);
+  REQUIRE(client.ok());
+  const std::string prefix = etcd::testing::UniqueKeyPrefix("nocluster");
+  absl::StatusOr<ClusterInfo> none = ReadCluster(**client, prefix);
+  CHECK(absl::IsFailedPrecondition(none.status()));
+  CHECK_THAT(std::string(none.status().message()),
+             Catch::Contains("--init-cluster"));
+  REQUIRE(InitCluster(**client, prefix, 8).ok());
+  CHECK(absl::IsAlreadyExists(InitCluster(**client, prefix, 8).status()));
+  absl::StatusOr<ClusterInfo> read = ReadCluster(**client, prefix);
+  REQUIRE(read.ok());
+  CHECK(read->shards == 8);
+  // The same record as if written on another etcd (another cluster_id).
+  internal::ClusterRecord moved{read->etcd_cluster_id + 1, 8,
+                                read->created_revision};
+  pb::TxnRequest t;
+  pb::PutRequest* p = t.add_success()->mutable_request_put();
+  p->set_key(prefix + "cluster");
+  p->set_value(internal::EncodeCluster(moved));
+  REQUIRE((*client)->Txn(t).ok());
+  CHECK(absl::IsDataLoss(ReadCluster(**client, prefix).status()));
+}
+
+}  // namespace
+}  // namespace tcc::wal::testing

@@ -1,0 +1,184 @@
+// The cluster's Log: every record that must outlive a node in etcd, fenced
+// by shard ownership (DESIGN.md section 14). It keeps every promise of
+// log.h except fail-stop (etcd being unreachable stops nothing: appends wait
+// and are sent again); this header says how. The key layout is documented
+// in wal/src/etcd/etcd_keys.h, the values in wal/src/etcd/etcd_codec.h.
+//
+// Ownership: TakeOwnerEpoch(k) campaigns for shard k: it creates
+// shards/<k>/owner under the node's lease (options.lease_id) with a Txn
+// requiring the key to be absent; the key's create_revision in that Txn's
+// own answer is the epoch. A campaign whose answer was lost is resolved by
+// reading the key (its lease says whose it is). Taking a shard this log
+// owns already deletes its owner key with the fenced delete and campaigns
+// again (a higher epoch). A shard another node owns is waited for up to
+// options.campaign_wait_ms (its owner's lease may be expiring), then
+// UNAVAILABLE. Every write for shard k compares
+// create_revision(owner) == epoch and lease(owner) == lease_id; a refused
+// fence loses the shard: its waiting appends and every later one are
+// UNAVAILABLE, and the ShardLostFn hears of it once, before those waiting
+// are answered. A shard not taken is
+// UNAVAILABLE too.
+//
+// Group commit: one committer thread takes every append waiting, checks
+// each against the gid's view (the summary and the head's mod_revision as
+// this log last read or wrote them; loaded from etcd when it has none) with
+// the rules of txn_rules.h, and sends one etcd Txn: a nested Txn per shard
+// comparing its fence, inside it one per gid (that gid's accepted appends
+// merged in order) comparing the head's mod_revision (a registration: the
+// head and the compact entry absent, the horizon not above its created_at),
+// and the mod_revision of every approval it consumes; failure branches read
+// the compared keys, so one stale gid or one lost shard refuses nothing
+// else. No key appears twice in a Txn (an append that would repeat one
+// waits for the next); a Txn fits options.max_txn_ops (etcd's rule: along
+// each path of the nesting, the sum over its levels of the largest of
+// compares, success ops and failure ops) and options.max_request_bytes; an
+// append that cannot fit alone is INVALID_ARGUMENT. A Txn etcd refuses
+// whole for its size is sent again split, in order. Appends complete once
+// etcd answered their Txn, buffered ones too (they ride in the same Txns:
+// a buffered append that is lost is lost with every append after it).
+//
+// A gid whose compare was refused (someone else wrote it: its view is
+// stale) answers its appends ABORTED, and every later append of it too
+// until Read(gid) reloads the view (the caller's reload; log.h).
+//
+// Unknown outcomes: a Txn answered with a status that leaves its outcome
+// unknown (etcd::IsUnknownOutcome) stays pending and is sent again,
+// identical, until etcd answers; the failure branches then show, gid by gid,
+// whether the head holds this append's (epoch, append_id) (it committed) or
+// not (refused). While one is pending nothing else is sent, so the appends of
+// a gid keep their order. Only a definitive answer fails an append.
+//
+// Out of space (etcd's quota alarm): registrations are RESOURCE_EXHAUSTED
+// and the other appends wait, sent again until space is freed.
+//
+// Finishing: an append that finishes a transaction moves its full record
+// (read from etcd with its earlier records) to the local archive (a RocksDB
+// in options.archive_dir, not synced: it may be lost with the node) and, in
+// the same fenced Txn, deletes its head and records and writes its compact
+// entry at done/<k>/<gid>. Read answers a finished gid from the compact
+// entry and, if this node's archive has it, the full record. Appends to a
+// finished transaction that the rules accept (history only: nothing they
+// carry changes the summary) go to the archive alone.
+//
+// Retention (RunRetention): archived full records go after
+// retention.full_record_ms; compact entries after retention.compact_entry_ms
+// (the deduplication window), deleted by a fenced Txn that also raises the
+// shard's horizon past their created_at. With retention.max_bytes, the
+// oldest compact entries go first when their bytes exceed it, but never one
+// younger than options.min_dedup_window_ms: then registrations are refused
+// (RESOURCE_EXHAUSTED) until they may go.
+//
+// Limits: List and ScanUnfinished read the shard's (List: every shard's)
+// heads and compact entries whole, then sort them (a registration-time index
+// in etcd is for a later part); Read takes one linearizable read Txn.
+//
+// Thread-safety: every method may be called from any thread. Completion
+// callbacks run on the committer thread and must not block for long, nor
+// call TakeOwnerEpoch or RunRetention.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "tcc/etcd/client.h"
+#include "tcc/wal/log.h"
+
+namespace tcc::wal {
+
+struct EtcdLogOptions {
+  etcd::Client* client = nullptr;  // not owned; outlives the log
+  std::string key_prefix;          // the cluster's, ending in '/'
+  std::string node_id;
+  std::string node_address;  // written into the owner keys it creates
+  int64_t lease_id = 0;      // the node's lease (cluster membership)
+  // The local archive of finished transactions' full records.
+  std::string archive_dir;
+  RetentionPolicy retention;
+  int64_t min_dedup_window_ms = 0;
+  // etcd's --max-txn-ops and --max-request-bytes (the group's limits).
+  size_t max_txn_ops = 1024;
+  size_t max_request_bytes = 4 << 20;
+  size_t max_queued = 100000;  // beyond it Append is RESOURCE_EXHAUSTED
+  int64_t txn_timeout_ms = 5000;
+  // Between sends of a Txn whose outcome is unknown (doubling up to 1 s).
+  int64_t resend_backoff_ms = 50;
+  // TakeOwnerEpoch on a shard another node owns waits this long for its
+  // owner key to go (the owner's lease to expire) before it answers
+  // UNAVAILABLE. 0: answers at once.
+  int64_t campaign_wait_ms = 0;
+};
+
+// What InitCluster wrote, and what Open checks.
+struct ClusterInfo {
+  uint64_t etcd_cluster_id = 0;
+  uint32_t shards = 0;
+  int64_t created_revision = 0;
+};
+
+// Creates the cluster under `key_prefix` once (DESIGN.md section 14): the
+// cluster record with etcd's cluster_id, `shards` and every shard's horizon.
+// ALREADY_EXISTS if a cluster is there already (nothing written).
+[[nodiscard]] absl::StatusOr<ClusterInfo> InitCluster(
+    etcd::Client& client, const std::string& key_prefix, uint32_t shards);
+
+// Reads the cluster under `key_prefix` and checks it against etcd:
+// FAILED_PRECONDITION when there is none (a node never takes an empty or
+// replaced etcd for a new cluster), DATA_LOSS when etcd's cluster_id is
+// another or its revision went back below the cluster's creation.
+[[nodiscard]] absl::StatusOr<ClusterInfo> ReadCluster(
+    etcd::Client& client, const std::string& key_prefix);
+
+class EtcdLog final : public Log {
+ public:
+  // Checks the cluster (ReadCluster), opens the archive and starts the
+  // committer. No shard is taken yet.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EtcdLog>> Open(
+      EtcdLogOptions options);
+  // Stops the committer after the Txn in flight; appends still waiting are
+  // UNAVAILABLE (their outcome, if sent, is in etcd for the next reader).
+  ~EtcdLog() override;
+  EtcdLog(const EtcdLog&) = delete;
+  EtcdLog& operator=(const EtcdLog&) = delete;
+
+  void Append(AppendRequest request, AppendDone done) override;
+  void PutApproval(Approval approval, AppendDone done) override;
+  [[nodiscard]] absl::StatusOr<TxnLog> Read(std::string_view gid) override;
+  [[nodiscard]] absl::StatusOr<Approval> ReadApproval(
+      std::string_view approval_id) override;
+  [[nodiscard]] absl::StatusOr<ListPage> List(const ListQuery& query) override;
+  uint32_t shard_count() const override;
+  [[nodiscard]] absl::Status ScanUnfinished(
+      uint32_t shard,
+      const std::function<absl::Status(TxnLog)>& visit) override;
+  [[nodiscard]] absl::StatusOr<uint64_t> TakeOwnerEpoch(
+      uint32_t shard) override;
+  void SetShardLostHandler(ShardLostFn lost) override;
+  [[nodiscard]] absl::Status RunRetention(int64_t now_ms) override;
+  int64_t DedupHorizonMs(uint32_t shard) const override;
+  LogStats Stats() const override;
+
+  // Gives shard k up: the fenced delete of its owner key; from then on no
+  // Txn of this log commits for it.
+  [[nodiscard]] absl::Status ReleaseShard(uint32_t shard);
+  // OK while the log can go on; DATA_LOSS once etcd was found to be another
+  // cluster's, or restored to an older revision (the daemon stops).
+  absl::Status failure() const;
+  // True while the shard is taken and not lost.
+  bool Owns(uint32_t shard) const;
+  const ClusterInfo& cluster() const;
+  // etcd Txns sent for appends (resends included), and appends they
+  // carried: the group commit's figures.
+  uint64_t txns_sent() const;
+  double MeanAppendsPerTxn() const;
+
+  class Impl;
+
+ private:
+  explicit EtcdLog(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tcc::wal

@@ -1,0 +1,51 @@
+// The node's local archive of finished transactions' full records (DESIGN.md
+// section 14, "What lives where"): a RocksDB of its own, written without
+// sync (what it holds may be lost with the node), and the highest etcd
+// revision this node has seen (an etcd whose revision went back below it
+// was restored from a snapshot: DATA_LOSS).
+//
+//   t/<gid>            summary (record_codec.h), u32 n, n x (u32 size,
+//                      record)
+//   m/max_revision     u64
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tcc/wal/log.h"
+
+namespace rocksdb {
+class DB;
+}  // namespace rocksdb
+
+namespace tcc::wal::internal {
+
+class Archive {
+ public:
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Archive>> Open(
+      const std::string& dir);
+  ~Archive();
+  Archive(const Archive&) = delete;
+  Archive& operator=(const Archive&) = delete;
+
+  // NOT_FOUND when it holds no full record of the gid.
+  [[nodiscard]] absl::StatusOr<TxnLog> Get(std::string_view gid) const;
+  [[nodiscard]] absl::Status Put(const TxnLog& txn);
+  [[nodiscard]] absl::Status Erase(std::string_view gid);
+  // 0 when never set.
+  [[nodiscard]] absl::StatusOr<int64_t> MaxRevision() const;
+  [[nodiscard]] absl::Status RaiseMaxRevision(int64_t revision);
+  uint64_t BytesOnDisk() const;
+
+ private:
+  explicit Archive(std::unique_ptr<rocksdb::DB> db, std::string dir);
+  std::unique_ptr<rocksdb::DB> db_;
+  const std::string dir_;
+};
+
+}  // namespace tcc::wal::internal

@@ -1,0 +1,129 @@
+#include "etcd/etcd_codec.h"
+
+#include <charconv>
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace tcc::wal::internal {
+namespace {
+
+constexpr uint8_t kHeadVersion = 1;
+constexpr uint8_t kCompactVersion = 1;
+
+absl::Status Corrupt(std::string_view key, std::string_view what) {
+  return absl::DataLossError(absl::StrCat(
+      "etcd log: the value of ", std::string(key), " ", std::string(what)));
+}
+
+}  // namespace
+
+std::string EncodeHead(const HeadValue& head) {
+  std::string out(1, static_cast<char>(kHeadVersion));
+  PutU64(out, head.owner_epoch);
+  PutU64(out, head.append_id);
+  out += EncodeSummary(head.summary, head.record_count, 0);
+  return out;
+}
+
+absl::StatusOr<HeadValue> DecodeHead(std::string_view in,
+                                     std::string_view key) {
+  if (in.empty() || static_cast<uint8_t>(in[0]) != kHeadVersion) {
+    return Corrupt(key, "is not a head of a known version");
+  }
+  in.remove_prefix(1);
+  HeadValue head;
+  if (!GetU64(in, head.owner_epoch) || !GetU64(in, head.append_id)) {
+    return Corrupt(key, "is cut short");
+  }
+  absl::StatusOr<StoredSummary> s = DecodeSummary(in);
+  if (!s.ok()) return Corrupt(key, std::string(s.status().message()));
+  head.summary = std::move(s->summary);
+  head.record_count = s->record_count;
+  return head;
+}
+
+std::string EncodeCompact(const CompactEntry& entry) {
+  std::string out(1, static_cast<char>(kCompactVersion));
+  const uint32_t n = static_cast<uint32_t>(entry.archive_node.size());
+  for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>(n >> (8 * i)));
+  out += entry.archive_node;
+  out += EncodeSummary(entry.summary);
+  return out;
+}
+
+absl::StatusOr<CompactEntry> DecodeCompact(std::string_view in,
+                                           std::string_view key) {
+  if (in.size() < 5 || static_cast<uint8_t>(in[0]) != kCompactVersion) {
+    return Corrupt(key, "is not a compact entry of a known version");
+  }
+  uint32_t n = 0;
+  for (int i = 1; i <= 4; ++i) n = (n << 8) | static_cast<uint8_t>(in[i]);
+  in.remove_prefix(5);
+  if (in.size() < n) return Corrupt(key, "is cut short");
+  CompactEntry entry;
+  entry.archive_node = std::string(in.substr(0, n));
+  in.remove_prefix(n);
+  absl::StatusOr<StoredSummary> s = DecodeSummary(in);
+  if (!s.ok()) return Corrupt(key, std::string(s.status().message()));
+  entry.summary = std::move(s->summary);
+  entry.summary.compacted = false;
+  return entry;
+}
+
+std::string EncodeHorizon(int64_t horizon_ms) {
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx",
+                static_cast<unsigned long long>(
+                    static_cast<uint64_t>(horizon_ms) ^ (1ull << 63)));
+  return buf;
+}
+
+absl::StatusOr<int64_t> DecodeHorizon(std::string_view in,
+                                      std::string_view key) {
+  uint64_t v = 0;
+  if (in.size() != 16) return Corrupt(key, "is not 16 hex digits");
+  auto [ptr, ec] = std::from_chars(in.data(), in.data() + in.size(), v, 16);
+  if (ec != std::errc() || ptr != in.data() + in.size()) {
+    return Corrupt(key, "is not 16 hex digits");
+  }
+  return static_cast<int64_t>(v ^ (1ull << 63));
+}
+
+std::string EncodeCluster(const ClusterRecord& r) {
+  return absl::StrCat("format=1\netcd_cluster_id=", r.etcd_cluster_id,
+                      "\nshards=", r.shards,
+                      "\ncreated_revision=", r.created_revision, "\n");
+}
+
+absl::StatusOr<ClusterRecord> DecodeCluster(std::string_view in,
+                                            std::string_view key) {
+  ClusterRecord r;
+  bool format = false, id = false, shards = false, rev = false;
+  for (absl::string_view line : absl::StrSplit(
+           absl::string_view(in.data(), in.size()), '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> kv = absl::StrSplit(line, '=');
+    if (kv.size() != 2) return Corrupt(key, "has a line that is not key=value");
+    if (kv[0] == "format") {
+      if (kv[1] != "1") return Corrupt(key, "is of an unknown format");
+      format = true;
+    } else if (kv[0] == "etcd_cluster_id") {
+      id = absl::SimpleAtoi(kv[1], &r.etcd_cluster_id);
+    } else if (kv[0] == "shards") {
+      shards = absl::SimpleAtoi(kv[1], &r.shards) && r.shards >= 1;
+    } else if (kv[0] == "created_revision") {
+      rev = absl::SimpleAtoi(kv[1], &r.created_revision);
+    }
+  }
+  if (!format || !id || !shards || !rev) {
+    return Corrupt(key,
+                   "lacks a field (format, etcd_cluster_id, shards, "
+                   "created_revision)");
+  }
+  return r;
+}
+
+}  // namespace tcc::wal::internal

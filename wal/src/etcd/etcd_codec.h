@@ -1,0 +1,60 @@
+// The etcd log's values (keys: etcd_keys.h). Records, summaries and
+// approvals are encoded as record_codec.h says; these wrap them. Strict
+// decoding: anything that does not decode is DATA_LOSS naming the key.
+// Pure functions; thread-safe.
+//
+//   head     = u8 version (1), u64 owner_epoch, u64 append_id, summary
+//              (record_codec.h; its record_count is the gid's number of
+//              records, which numbers the next one)
+//   compact  = u8 version (1), string archive_node, summary
+//   horizon  = 16 lower-case hex digits of the i64 with its top bit flipped
+//              (so that etcd's byte-wise VALUE compare orders them)
+//   cluster  = text lines "key=value": format=1, etcd_cluster_id (decimal),
+//              shards, created_revision
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "record_codec.h"
+#include "tcc/wal/log.h"
+
+namespace tcc::wal::internal {
+
+struct HeadValue {
+  uint64_t owner_epoch = 0;
+  // Unique per append this process sent (with the epoch): a read of the head
+  // tells whether an append whose outcome was unknown is the one that
+  // committed.
+  uint64_t append_id = 0;
+  uint64_t record_count = 0;
+  TxnSummary summary;
+};
+std::string EncodeHead(const HeadValue& head);
+[[nodiscard]] absl::StatusOr<HeadValue> DecodeHead(std::string_view bytes,
+                                                   std::string_view key);
+
+struct CompactEntry {
+  std::string archive_node;
+  TxnSummary summary;  // compacted is false here; the reader sets it
+};
+std::string EncodeCompact(const CompactEntry& entry);
+[[nodiscard]] absl::StatusOr<CompactEntry> DecodeCompact(std::string_view bytes,
+                                                         std::string_view key);
+
+std::string EncodeHorizon(int64_t horizon_ms);
+[[nodiscard]] absl::StatusOr<int64_t> DecodeHorizon(std::string_view bytes,
+                                                    std::string_view key);
+
+struct ClusterRecord {
+  uint64_t etcd_cluster_id = 0;
+  uint32_t shards = 0;
+  int64_t created_revision = 0;
+};
+std::string EncodeCluster(const ClusterRecord& record);
+[[nodiscard]] absl::StatusOr<ClusterRecord> DecodeCluster(
+    std::string_view bytes, std::string_view key);
+
+}  // namespace tcc::wal::internal

@@ -1,0 +1,1594 @@
+#include "tcc/wal/etcd_log.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "etcd/archive.h"
+#include "etcd/etcd_codec.h"
+#include "etcd/etcd_keys.h"
+#include "etcd/group_txn.h"
+#include "internal/txn_rules.h"
+#include "record_codec.h"
+
+namespace tcc::wal {
+namespace {
+
+using internal::Archive;
+using internal::CompactEntry;
+using internal::HeadValue;
+using internal::etcd_keys::Layout;
+using internal::etcd_keys::PrefixEnd;
+namespace pb = etcdserverpb;
+
+constexpr uint32_t kMaxShards = 9999;
+
+void AddRange(pb::TxnRequest& txn, bool success, const std::string& key,
+              const std::string& range_end = "") {
+  pb::RangeRequest* r = (success ? txn.add_success() : txn.add_failure())
+                            ->mutable_request_range();
+  r->set_key(key);
+  if (!range_end.empty()) r->set_range_end(range_end);
+}
+
+// The first kv of a range response, or null.
+const mvccpb::KeyValue* FirstKv(const pb::ResponseOp& op) {
+  if (!op.has_response_range() || op.response_range().kvs_size() == 0) {
+    return nullptr;
+  }
+  return &op.response_range().kvs(0);
+}
+
+// Pages through [key, range_end) at `revision` (0: the current one),
+// calling `each` for every kv. A compacted revision is OUT_OF_RANGE.
+absl::Status RangeAll(
+    etcd::Client& client, const std::string& key, const std::string& range_end,
+    int64_t revision,
+    const std::function<absl::Status(const mvccpb::KeyValue&)>& each,
+    int64_t* read_revision = nullptr) {
+  std::string from = key;
+  while (true) {
+    pb::RangeRequest request;
+    request.set_key(from);
+    request.set_range_end(range_end);
+    request.set_limit(1000);
+    request.set_revision(revision);
+    absl::StatusOr<pb::RangeResponse> page = client.Range(request);
+    if (!page.ok()) return page.status();
+    // Every page at the same revision as the first (a consistent view).
+    if (revision == 0) revision = page->header().revision();
+    if (read_revision != nullptr) *read_revision = revision;
+    for (const mvccpb::KeyValue& kv : page->kvs()) {
+      if (absl::Status s = each(kv); !s.ok()) return s;
+    }
+    if (!page->more() || page->kvs_size() == 0) return absl::OkStatus();
+    from = page->kvs(page->kvs_size() - 1).key() + std::string(1, '\0');
+  }
+}
+
+// The cluster checks (DESIGN.md section 14, "Losing etcd").
+absl::Status CheckHeader(const ClusterInfo& cluster,
+                         const pb::ResponseHeader& header) {
+  if (header.cluster_id() != cluster.etcd_cluster_id) {
+    return absl::DataLossError(absl::StrCat(
+        "etcd's cluster_id is ", header.cluster_id(), ", not the cluster's ",
+        cluster.etcd_cluster_id,
+        ": this is another etcd (or one rebuilt); tccd refuses it"));
+  }
+  if (header.revision() < cluster.created_revision) {
+    return absl::DataLossError(absl::StrCat(
+        "etcd's revision ", header.revision(),
+        " is below the cluster's creation revision ", cluster.created_revision,
+        ": etcd was restored from a snapshot; tccd refuses it"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ClusterInfo> InitCluster(etcd::Client& client,
+                                        const std::string& key_prefix,
+                                        uint32_t shards) {
+  if (shards < 1 || shards > kMaxShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster.shards must be 1..", kMaxShards));
+  }
+  absl::StatusOr<pb::StatusResponse> status = client.Status();
+  if (!status.ok()) return status.status();
+  const Layout keys(key_prefix);
+  internal::ClusterRecord record;
+  record.etcd_cluster_id = status->header().cluster_id();
+  record.shards = shards;
+  record.created_revision = status->header().revision();
+  pb::TxnRequest txn;
+  pb::Compare* absent = txn.add_compare();
+  absent->set_key(keys.Cluster());
+  absent->set_target(pb::Compare::CREATE);
+  absent->set_result(pb::Compare::EQUAL);
+  absent->set_create_revision(0);
+  pb::PutRequest* put = txn.add_success()->mutable_request_put();
+  put->set_key(keys.Cluster());
+  put->set_value(internal::EncodeCluster(record));
+  for (uint32_t k = 0; k < shards; ++k) {
+    pb::PutRequest* h = txn.add_success()->mutable_request_put();
+    h->set_key(keys.Horizon(k));
+    h->set_value(internal::EncodeHorizon(0));
+  }
+  AddRange(txn, false, keys.Cluster());
+  // Sent until answered: a lost answer shows as "exists" with our record.
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<pb::TxnResponse> r = client.Txn(txn);
+    if (!r.ok()) {
+      if (etcd::IsUnknownOutcome(r.status()) && attempt < 20) continue;
+      return r.status();
+    }
+    if (r->succeeded()) {
+      return ClusterInfo{record.etcd_cluster_id, shards,
+                         record.created_revision};
+    }
+    const mvccpb::KeyValue* kv = FirstKv(r->responses(0));
+    if (attempt > 0 && kv != nullptr &&
+        kv->value() == internal::EncodeCluster(record)) {
+      return ClusterInfo{record.etcd_cluster_id, shards,
+                         record.created_revision};
+    }
+    return absl::AlreadyExistsError(absl::StrCat(
+        "a cluster exists already under the key prefix '", key_prefix, "'"));
+  }
+}
+
+absl::StatusOr<ClusterInfo> ReadCluster(etcd::Client& client,
+                                        const std::string& key_prefix) {
+  const Layout keys(key_prefix);
+  pb::RangeRequest request;
+  request.set_key(keys.Cluster());
+  absl::StatusOr<pb::RangeResponse> r = client.Range(request);
+  if (!r.ok()) return r.status();
+  if (r->kvs_size() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "etcd holds no tccd cluster under the key prefix '", key_prefix,
+        "' (cluster.key_prefix): create it once with `tccd --init-cluster`; "
+        "a node never takes an empty etcd for a new cluster"));
+  }
+  absl::StatusOr<internal::ClusterRecord> record =
+      internal::DecodeCluster(r->kvs(0).value(), keys.Cluster());
+  if (!record.ok()) return record.status();
+  ClusterInfo info{record->etcd_cluster_id, record->shards,
+                   record->created_revision};
+  if (absl::Status s = CheckHeader(info, r->header()); !s.ok()) return s;
+  return info;
+}
+
+// --- The log ---
+
+class EtcdLog::Impl {
+ public:
+  // One append or new approval waiting for the committer.
+  struct Item {
+    bool approval = false;
+    AppendRequest append;
+    std::unique_ptr<Approval> new_approval;
+    AppendDone done;  // null once answered
+  };
+
+  Impl(EtcdLogOptions options, ClusterInfo cluster,
+       std::unique_ptr<Archive> archive)
+      : options_(std::move(options)),
+        cluster_(cluster),
+        keys_(options_.key_prefix),
+        archive_(std::move(archive)),
+        shards_(cluster.shards) {}
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (committer_.joinable()) committer_.join();
+    std::deque<Item> left;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      left.swap(queue_);
+    }
+    for (Item& item : left) {
+      Complete(item, absl::UnavailableError("the etcd log is closing"));
+    }
+  }
+
+  void Start() {
+    committer_ = std::thread([this] { CommitterLoop(); });
+  }
+
+  void Enqueue(Item item) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.size() < options_.max_queued && !stop_) {
+        queue_.push_back(std::move(item));
+        item.done = nullptr;
+      }
+    }
+    if (item.done) {
+      item.done(absl::ResourceExhaustedError(
+          absl::StrCat("the etcd log's queue is full (", options_.max_queued,
+                       " appends waiting); retry later")));
+      return;
+    }
+    cv_.notify_one();
+  }
+
+  absl::StatusOr<TxnLog> Read(std::string_view gid);
+  absl::StatusOr<Approval> ReadApproval(std::string_view id);
+  absl::StatusOr<ListPage> List(const ListQuery& query);
+  absl::Status ScanUnfinished(uint32_t shard,
+                              const std::function<absl::Status(TxnLog)>& visit);
+  absl::StatusOr<uint64_t> TakeOwnerEpoch(uint32_t shard);
+  absl::Status ReleaseShard(uint32_t shard);
+  absl::Status RunRetention(int64_t now_ms);
+  LogStats Stats() const;
+
+  void SetShardLostHandler(ShardLostFn fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_fn_ = std::move(fn);
+  }
+  int64_t Horizon(uint32_t shard) const {
+    return shard < shards_.size() ? shards_[shard].horizon_ms.load() : 0;
+  }
+  bool Owns(uint32_t shard) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return shard < shards_.size() && shards_[shard].owned &&
+           !shards_[shard].lost;
+  }
+  const ClusterInfo& cluster() const { return cluster_; }
+  absl::Status failure() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failure_;
+  }
+  // Records a DATA_LOSS found in an answer of etcd's (passes `s` through).
+  absl::Status NoteFatal(absl::Status s) {
+    if (absl::IsDataLoss(s)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (failure_.ok()) failure_ = s;
+    }
+    return s;
+  }
+  uint64_t txns_sent() const { return txns_sent_.load(); }
+  double MeanAppendsPerTxn() const {
+    const uint64_t t = txns_committed_.load();
+    return t == 0 ? 0.0 : static_cast<double>(appends_committed_.load()) / t;
+  }
+
+ private:
+  struct ShardState {
+    bool owned = false;
+    bool lost = false;
+    uint64_t epoch = 0;
+    std::atomic<int64_t> horizon_ms{0};
+  };
+
+  // What this log knows of a gid it read or wrote.
+  struct View {
+    bool head = false;      // an unfinished transaction (head/ exists)
+    bool finished = false;  // a compact entry (done/ exists)
+    int64_t head_mod_revision = 0;
+    uint64_t record_count = 0;
+    TxnSummary summary;
+    bool stale = false;  // a compare was refused: ABORTED until a Read
+  };
+
+  void Complete(Item& item, absl::Status status) {
+    if (item.done) {
+      AppendDone done = std::move(item.done);
+      item.done = nullptr;
+      done(std::move(status));
+    }
+  }
+
+  void CommitterLoop();
+  void ProcessGroup(std::vector<Item>& items);
+  // Loads the views of `gids` (and the approvals `approval_ids`) from etcd.
+  absl::Status Prefetch(const std::vector<std::string>& gids,
+                        const std::set<std::string>& approval_ids,
+                        std::map<std::string, internal::ApprovalState>& out);
+  void LoseShard(uint32_t shard, const absl::Status& why);
+  void WaitBackoff(int64_t& backoff_ms);
+  bool Stopping() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stop_;
+  }
+  absl::StatusOr<TxnLog> ReadEtcd(std::string_view gid, View* view_out);
+
+  const EtcdLogOptions options_;
+  const ClusterInfo cluster_;
+  const Layout keys_;
+  std::unique_ptr<Archive> archive_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::deque<Item> queue_;
+  std::vector<ShardState> shards_;
+  std::unordered_map<std::string, View> views_;
+  ShardLostFn lost_fn_;
+  absl::Status failure_;
+  std::thread committer_;
+
+  std::atomic<uint64_t> next_append_id_{1};
+  std::atomic<uint64_t> txns_sent_{0};
+  std::atomic<uint64_t> txns_committed_{0};
+  std::atomic<uint64_t> appends_committed_{0};
+  std::atomic<uint64_t> synced_appends_{0};
+  std::atomic<uint64_t> buffered_appends_{0};
+  // Registrations refused (RESOURCE_EXHAUSTED) while the size budget would
+  // cut the deduplication window below its minimum.
+  std::atomic<bool> window_exhausted_{false};
+
+  friend class EtcdLog;
+};
+
+// --- Reads ---
+
+absl::StatusOr<TxnLog> EtcdLog::Impl::ReadEtcd(std::string_view gid_view,
+                                               View* view_out) {
+  const std::string gid(gid_view);
+  const uint32_t k = ShardOfGid(gid, cluster_.shards);
+  pb::TxnRequest txn;
+  AddRange(txn, true, keys_.Head(k, gid));
+  const std::string rec = keys_.RecordPrefix(k, gid);
+  AddRange(txn, true, rec, PrefixEnd(rec));
+  AddRange(txn, true, keys_.Done(k, gid));
+  absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn);
+  if (!r.ok()) return r.status();
+  if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
+  View view;
+  TxnLog out;
+  if (const mvccpb::KeyValue* head = FirstKv(r->responses(0))) {
+    absl::StatusOr<HeadValue> h =
+        internal::DecodeHead(head->value(), head->key());
+    if (!h.ok()) return h.status();
+    for (const mvccpb::KeyValue& kv : r->responses(1).response_range().kvs()) {
+      absl::StatusOr<Record> record = internal::DecodeRecord(kv.value());
+      if (!record.ok()) {
+        return absl::DataLossError(absl::StrCat("etcd log: ", kv.key(), ": ",
+                                                record.status().message()));
+      }
+      out.records.push_back(*std::move(record));
+    }
+    if (out.records.size() != h->record_count) {
+      return absl::DataLossError(
+          absl::StrCat("etcd log: gid ", gid, " has ", out.records.size(),
+                       " records, its head says ", h->record_count));
+    }
+    out.summary = h->summary;
+    view.head = true;
+    view.head_mod_revision = head->mod_revision();
+    view.record_count = h->record_count;
+    view.summary = std::move(h->summary);
+  } else if (const mvccpb::KeyValue* done = FirstKv(r->responses(2))) {
+    absl::StatusOr<CompactEntry> entry =
+        internal::DecodeCompact(done->value(), done->key());
+    if (!entry.ok()) return entry.status();
+    out.summary = entry->summary;
+    absl::StatusOr<TxnLog> full = archive_->Get(gid);
+    if (full.ok() &&
+        full->summary.created_at_ms == entry->summary.created_at_ms &&
+        full->summary.content_hash == entry->summary.content_hash) {
+      out = *std::move(full);
+      out.summary.compacted = false;
+    } else {
+      out.summary.compacted = true;
+    }
+    view.finished = true;
+    view.summary = out.summary;
+  } else {
+    if (view_out != nullptr) *view_out = view;
+    return absl::NotFoundError(absl::StrCat("gid ", gid, " is not in the log"));
+  }
+  if (view_out != nullptr) *view_out = view;
+  return out;
+}
+
+absl::StatusOr<TxnLog> EtcdLog::Impl::Read(std::string_view gid) {
+  View view;
+  absl::StatusOr<TxnLog> read = ReadEtcd(gid, &view);
+  if (read.ok() || absl::IsNotFound(read.status())) {
+    // The caller's reload: a stale view is current again.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = views_.find(std::string(gid));
+    if (it != views_.end() && it->second.stale) views_.erase(it);
+  }
+  return read;
+}
+
+absl::StatusOr<Approval> EtcdLog::Impl::ReadApproval(std::string_view id) {
+  pb::RangeRequest request;
+  request.set_key(keys_.Approval(id));
+  absl::StatusOr<pb::RangeResponse> r = options_.client->Range(request);
+  if (!r.ok()) return r.status();
+  if (r->kvs_size() == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("approval ", std::string(id), " does not exist"));
+  }
+  return internal::DecodeApproval(r->kvs(0).value());
+}
+
+absl::StatusOr<ListPage> EtcdLog::Impl::List(const ListQuery& query) {
+  if (absl::Status s = internal::ValidateListQuery(query); !s.ok()) return s;
+  absl::StatusOr<std::optional<internal::ListPosition>> pos =
+      internal::DecodePageToken(query.page_token);
+  if (!pos.ok()) return pos.status();
+  std::map<std::pair<int64_t, std::string>, TxnSummary> all;
+  absl::Status s = RangeAll(
+      *options_.client, keys_.AllHeads(), PrefixEnd(keys_.AllHeads()), 0,
+      [&](const mvccpb::KeyValue& kv) -> absl::Status {
+        absl::StatusOr<HeadValue> h =
+            internal::DecodeHead(kv.value(), kv.key());
+        if (!h.ok()) return h.status();
+        auto key = std::make_pair(h->summary.registered_at_ms, h->summary.gid);
+        all[key] = std::move(h->summary);
+        return absl::OkStatus();
+      });
+  if (!s.ok()) return s;
+  s = RangeAll(*options_.client, keys_.AllDone(), PrefixEnd(keys_.AllDone()), 0,
+               [&](const mvccpb::KeyValue& kv) -> absl::Status {
+                 absl::StatusOr<CompactEntry> e =
+                     internal::DecodeCompact(kv.value(), kv.key());
+                 if (!e.ok()) return e.status();
+                 e->summary.compacted = !archive_->Get(e->summary.gid).ok();
+                 auto key = std::make_pair(e->summary.registered_at_ms,
+                                           e->summary.gid);
+                 all[key] = std::move(e->summary);
+                 return absl::OkStatus();
+               });
+  if (!s.ok()) return s;
+  auto it = all.begin();
+  if (pos->has_value()) {
+    it = all.upper_bound({(*pos)->registered_at_ms, (*pos)->gid});
+  }
+  ListPage page;
+  size_t examined = 0;
+  for (; it != all.end(); ++it) {
+    const TxnSummary& summary = it->second;
+    if (query.registered_before_ms != 0 &&
+        summary.registered_at_ms >= query.registered_before_ms) {
+      break;
+    }
+    if (examined++ == query.scan_budget) {  // as RocksDbLog::List
+      auto last = std::prev(it);
+      page.next_page_token =
+          internal::EncodePageToken(last->first.first, last->first.second);
+      break;
+    }
+    if (!internal::MatchesQuery(summary, query)) continue;
+    if (page.items.size() == query.page_size) {
+      const TxnSummary& last = page.items.back();
+      page.next_page_token =
+          internal::EncodePageToken(last.registered_at_ms, last.gid);
+      break;
+    }
+    page.items.push_back(summary);
+  }
+  return page;
+}
+
+absl::Status EtcdLog::Impl::ScanUnfinished(
+    uint32_t shard, const std::function<absl::Status(TxnLog)>& visit) {
+  if (shard >= cluster_.shards) {
+    return absl::InvalidArgumentError(absl::StrCat("no shard ", shard));
+  }
+  uint64_t epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!shards_[shard].owned || shards_[shard].lost) {
+      return absl::UnavailableError(
+          absl::StrCat("shard ", shard, " is not this node's"));
+    }
+    epoch = shards_[shard].epoch;
+  }
+  // One linearizable view, at the current revision (at least the epoch: it
+  // holds every write of every earlier owner, and this log's own since),
+  // paged at that revision; started again if etcd compacted it meanwhile.
+  std::map<std::string, TxnLog> txns;
+  for (int round = 0; round < 3; ++round) {
+    txns.clear();
+    int64_t at = 0;
+    const int64_t revision = 0;
+    absl::Status s = RangeAll(
+        *options_.client, keys_.HeadPrefix(shard),
+        PrefixEnd(keys_.HeadPrefix(shard)), revision,
+        [&](const mvccpb::KeyValue& kv) -> absl::Status {
+          absl::StatusOr<HeadValue> h =
+              internal::DecodeHead(kv.value(), kv.key());
+          if (!h.ok()) return h.status();
+          if (IsFinal(h->summary.state)) return absl::OkStatus();
+          TxnLog& t = txns[h->summary.gid];
+          t.summary = std::move(h->summary);
+          return absl::OkStatus();
+        },
+        &at);
+    if (etcd::IsCompacted(s)) continue;
+    if (!s.ok()) return s;
+    if (at < static_cast<int64_t>(epoch)) {
+      return NoteFatal(absl::DataLossError(
+          absl::StrCat("etcd's revision ", at, " is below shard ", shard,
+                       "'s epoch ", epoch, ": etcd went back")));
+    }
+    const std::string rec =
+        keys_.prefix() + "rec/" + internal::etcd_keys::ShardPart(shard) + "/";
+    s = RangeAll(*options_.client, rec, PrefixEnd(rec), at,
+                 [&](const mvccpb::KeyValue& kv) -> absl::Status {
+                   // rec/<k>/<gid>/<seq>
+                   std::string_view key = kv.key();
+                   key.remove_prefix(rec.size());
+                   const size_t slash = key.find('/');
+                   if (slash == std::string_view::npos) {
+                     return absl::DataLossError(
+                         absl::StrCat("etcd log: malformed key ", kv.key()));
+                   }
+                   auto t = txns.find(std::string(key.substr(0, slash)));
+                   if (t == txns.end()) return absl::OkStatus();
+                   absl::StatusOr<Record> r =
+                       internal::DecodeRecord(kv.value());
+                   if (!r.ok()) {
+                     return absl::DataLossError(absl::StrCat(
+                         "etcd log: ", kv.key(), ": ", r.status().message()));
+                   }
+                   t->second.records.push_back(*std::move(r));
+                   return absl::OkStatus();
+                 });
+    if (etcd::IsCompacted(s)) continue;
+    if (!s.ok()) return s;
+    break;
+  }
+  std::vector<TxnLog*> order;
+  for (auto& [gid, t] : txns) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](TxnLog* a, TxnLog* b) {
+    return std::make_pair(a->summary.registered_at_ms, a->summary.gid) <
+           std::make_pair(b->summary.registered_at_ms, b->summary.gid);
+  });
+  for (TxnLog* t : order) {
+    if (absl::Status s = visit(std::move(*t)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// --- Ownership ---
+
+absl::StatusOr<uint64_t> EtcdLog::Impl::TakeOwnerEpoch(uint32_t shard) {
+  if (shard >= cluster_.shards) {
+    return absl::InvalidArgumentError(absl::StrCat("no shard ", shard));
+  }
+  const std::string owner = keys_.Owner(shard);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shards_[shard].owned = false;  // nothing is written meanwhile
+  }
+  // A shard this log (this lease) owns already: the fenced delete first, so
+  // that the new campaign makes a higher epoch.
+  {
+    pb::RangeRequest read;
+    read.set_key(owner);
+    absl::StatusOr<pb::RangeResponse> r = options_.client->Range(read);
+    if (!r.ok()) return r.status();
+    if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
+    if (r->kvs_size() > 0 && r->kvs(0).lease() == options_.lease_id) {
+      pb::TxnRequest del;
+      pb::Compare* c = del.add_compare();
+      c->set_key(owner);
+      c->set_target(pb::Compare::CREATE);
+      c->set_result(pb::Compare::EQUAL);
+      c->set_create_revision(r->kvs(0).create_revision());
+      del.add_success()->mutable_request_delete_range()->set_key(owner);
+      int64_t backoff = options_.resend_backoff_ms;
+      while (true) {
+        absl::StatusOr<pb::TxnResponse> d = options_.client->Txn(del);
+        if (d.ok()) break;
+        if (!etcd::IsUnknownOutcome(d.status()) || Stopping()) {
+          return d.status();
+        }
+        WaitBackoff(backoff);
+      }
+    }
+  }
+  pb::TxnRequest campaign;
+  pb::Compare* absent = campaign.add_compare();
+  absent->set_key(owner);
+  absent->set_target(pb::Compare::CREATE);
+  absent->set_result(pb::Compare::EQUAL);
+  absent->set_create_revision(0);
+  pb::PutRequest* put = campaign.add_success()->mutable_request_put();
+  put->set_key(owner);
+  put->set_value(absl::StrCat(options_.node_id, "\n", options_.node_address));
+  put->set_lease(options_.lease_id);
+  AddRange(campaign, true, keys_.Horizon(shard));
+  AddRange(campaign, false, owner);
+  AddRange(campaign, false, keys_.Horizon(shard));
+  int64_t backoff = options_.resend_backoff_ms;
+  int64_t waited_ms = 0;
+  for (int attempt = 0;; ++attempt) {
+    absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(campaign);
+    if (!r.ok()) {
+      if (!etcd::IsUnknownOutcome(r.status()) || Stopping()) {
+        return r.status();
+      }
+      WaitBackoff(backoff);
+      continue;
+    }
+    if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
+    uint64_t epoch = 0;
+    if (r->succeeded()) {
+      epoch = static_cast<uint64_t>(r->header().revision());
+    } else {
+      const mvccpb::KeyValue* kv = FirstKv(r->responses(0));
+      // A campaign whose answer was lost: the key's lease says whose it is.
+      if (kv != nullptr && kv->lease() == options_.lease_id) {
+        epoch = static_cast<uint64_t>(kv->create_revision());
+      } else if (waited_ms < options_.campaign_wait_ms && !Stopping()) {
+        // Another node's: its lease may be expiring (a node that stopped).
+        int64_t pause = 200;
+        WaitBackoff(pause);
+        waited_ms += 200;
+        continue;
+      } else {
+        std::string who = kv == nullptr ? "?" : kv->value();
+        std::replace(who.begin(), who.end(), '\n', ' ');
+        return absl::UnavailableError(absl::StrCat(
+            "shard ", shard, " is owned by another node (", who, ")"));
+      }
+    }
+    const mvccpb::KeyValue* horizon = FirstKv(r->responses(1));
+    if (horizon == nullptr) {
+      return absl::DataLossError(
+          absl::StrCat("etcd log: ", keys_.Horizon(shard),
+                       " is missing (it exists from the cluster's creation)"));
+    }
+    absl::StatusOr<int64_t> h =
+        internal::DecodeHorizon(horizon->value(), horizon->key());
+    if (!h.ok()) return h.status();
+    if (absl::Status s = archive_->RaiseMaxRevision(r->header().revision());
+        !s.ok()) {
+      return s;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    ShardState& st = shards_[shard];
+    st.owned = true;
+    st.lost = false;
+    st.epoch = epoch;
+    st.horizon_ms = std::max(st.horizon_ms.load(), *h);
+    return epoch;
+  }
+}
+
+absl::Status EtcdLog::Impl::ReleaseShard(uint32_t shard) {
+  if (shard >= cluster_.shards) {
+    return absl::InvalidArgumentError(absl::StrCat("no shard ", shard));
+  }
+  uint64_t epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!shards_[shard].owned) return absl::OkStatus();
+    shards_[shard].owned = false;
+    epoch = shards_[shard].epoch;
+  }
+  pb::TxnRequest del;
+  pb::Compare* c = del.add_compare();
+  c->set_key(keys_.Owner(shard));
+  c->set_target(pb::Compare::CREATE);
+  c->set_result(pb::Compare::EQUAL);
+  c->set_create_revision(static_cast<int64_t>(epoch));
+  del.add_success()->mutable_request_delete_range()->set_key(
+      keys_.Owner(shard));
+  int64_t backoff = options_.resend_backoff_ms;
+  while (true) {
+    absl::StatusOr<pb::TxnResponse> d = options_.client->Txn(del);
+    if (d.ok()) return absl::OkStatus();
+    if (!etcd::IsUnknownOutcome(d.status()) || Stopping()) return d.status();
+    WaitBackoff(backoff);
+  }
+}
+
+void EtcdLog::Impl::LoseShard(uint32_t shard, const absl::Status& why) {
+  ShardLostFn fn;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shards_[shard].lost) return;
+    shards_[shard].lost = true;
+    fn = lost_fn_;
+  }
+  if (fn) fn(shard, why);
+}
+
+void EtcdLog::Impl::WaitBackoff(int64_t& backoff_ms) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(backoff_ms),
+               [&] { return stop_; });
+  backoff_ms = std::min<int64_t>(1000, backoff_ms * 2);
+}
+
+// --- Group commit ---
+
+void EtcdLog::Impl::CommitterLoop() {
+  while (true) {
+    std::vector<Item> items;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      while (!queue_.empty() && items.size() < 8192) {
+        items.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    ProcessGroup(items);
+    // What the group put off (no room, or a key it already has) goes first
+    // next time, in order.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = items.rbegin(); it != items.rend(); ++it) {
+      if (it->done) queue_.push_front(std::move(*it));
+    }
+  }
+}
+
+absl::Status EtcdLog::Impl::Prefetch(
+    const std::vector<std::string>& gids,
+    const std::set<std::string>& approval_ids,
+    std::map<std::string, internal::ApprovalState>& approvals) {
+  struct Want {
+    std::string gid;  // a view: head and done
+    std::string approval;
+  };
+  std::vector<Want> wants;
+  for (const std::string& g : gids) wants.push_back({g, ""});
+  for (const std::string& a : approval_ids) wants.push_back({"", a});
+  const size_t per_txn = std::max<size_t>(1, (options_.max_txn_ops - 1) / 2);
+  for (size_t from = 0; from < wants.size(); from += per_txn) {
+    const size_t to = std::min(wants.size(), from + per_txn);
+    pb::TxnRequest txn;
+    for (size_t i = from; i < to; ++i) {
+      if (!wants[i].gid.empty()) {
+        const uint32_t k = ShardOfGid(wants[i].gid, cluster_.shards);
+        AddRange(txn, true, keys_.Head(k, wants[i].gid));
+        AddRange(txn, true, keys_.Done(k, wants[i].gid));
+      } else {
+        AddRange(txn, true, keys_.Approval(wants[i].approval));
+      }
+    }
+    absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn);
+    if (!r.ok()) return r.status();
+    if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
+    int op = 0;
+    for (size_t i = from; i < to; ++i) {
+      if (!wants[i].gid.empty()) {
+        View view;
+        const mvccpb::KeyValue* head = FirstKv(r->responses(op++));
+        const mvccpb::KeyValue* done = FirstKv(r->responses(op++));
+        if (head != nullptr) {
+          absl::StatusOr<HeadValue> h =
+              internal::DecodeHead(head->value(), head->key());
+          if (!h.ok()) return h.status();
+          view.head = true;
+          view.head_mod_revision = head->mod_revision();
+          view.record_count = h->record_count;
+          view.summary = std::move(h->summary);
+        } else if (done != nullptr) {
+          absl::StatusOr<CompactEntry> e =
+              internal::DecodeCompact(done->value(), done->key());
+          if (!e.ok()) return e.status();
+          view.finished = true;
+          view.summary = std::move(e->summary);
+          absl::StatusOr<TxnLog> full = archive_->Get(wants[i].gid);
+          view.summary.compacted =
+              !(full.ok() &&
+                full->summary.created_at_ms == view.summary.created_at_ms);
+        }
+        std::lock_guard<std::mutex> lock(mu_);
+        views_.emplace(wants[i].gid, std::move(view));
+      } else {
+        internal::ApprovalState a;
+        if (const mvccpb::KeyValue* kv = FirstKv(r->responses(op++))) {
+          absl::StatusOr<Approval> got = internal::DecodeApproval(kv->value());
+          if (!got.ok()) return got.status();
+          a.approval = *std::move(got);
+          a.mod_revision = kv->mod_revision();
+        }
+        approvals[wants[i].approval] = std::move(a);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tcc::wal
+
+namespace tcc::wal {
+namespace {
+
+// The approval ids an append's records name.
+void NamedApprovals(const AppendRequest& r, std::set<std::string>& out) {
+  for (const Record& rec : r.records) {
+    if (const auto* d = std::get_if<Decided>(&rec)) {
+      if (d->approval_id.has_value()) out.insert(*d->approval_id);
+    } else if (const auto* b = std::get_if<BranchResolved>(&rec)) {
+      out.insert(b->approval_id);
+    }
+  }
+}
+
+}  // namespace
+
+void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
+  // 1. Which shards are ours, which views and approvals to read first.
+  std::vector<std::string> missing;
+  std::set<std::string> approval_ids;
+  {
+    std::set<std::string> seen;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Item& item : items) {
+      if (item.approval) continue;
+      const std::string& gid = item.append.gid;
+      const uint32_t k = ShardOfGid(gid, cluster_.shards);
+      if (!shards_[k].owned || shards_[k].lost) continue;  // answered below
+      auto v = views_.find(gid);
+      if (v == views_.end() && seen.insert(gid).second) missing.push_back(gid);
+      NamedApprovals(item.append, approval_ids);
+    }
+  }
+  std::map<std::string, internal::ApprovalState> approvals;
+  if (!missing.empty() || !approval_ids.empty()) {
+    absl::Status s = NoteFatal(Prefetch(missing, approval_ids, approvals));
+    if (!s.ok()) {
+      if (absl::IsDataLoss(s)) {
+        for (Item& item : items) Complete(item, s);
+        return;
+      }
+      // etcd unreachable: the items wait (requeued), nothing is answered.
+      int64_t backoff = options_.resend_backoff_ms * 4;
+      WaitBackoff(backoff);
+      if (Stopping()) {
+        for (Item& item : items) Complete(item, s);
+      }
+      return;
+    }
+  }
+
+  // 2. Check every append against its gid's view, merge by gid.
+  internal::GroupTxn group(
+      keys_,
+      internal::GroupLimits{options_.max_txn_ops, options_.max_request_bytes});
+  std::unordered_map<std::string, View>
+      working;                          // views as the group leaves them
+  std::set<std::string> deferred;       // gids whose later appends wait
+  std::set<std::string> approval_keys;  // approvals the group writes
+  std::map<std::string, std::string> approval_owner;  // id -> gid using it
+  std::vector<uint64_t> epochs(cluster_.shards, 0);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint32_t k = 0; k < cluster_.shards; ++k) {
+      epochs[k] = shards_[k].epoch;
+    }
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    Item& item = items[i];
+    if (!item.done) continue;
+    if (item.approval) {
+      const Approval& a = *item.new_approval;
+      if (absl::Status s = internal::ValidateNewApproval(a); !s.ok()) {
+        Complete(item, s);
+        continue;
+      }
+      if (approval_keys.count(a.approval_id) > 0 || !group.FitsApproval(a)) {
+        continue;  // next group
+      }
+      approval_keys.insert(a.approval_id);
+      group.AddApproval(internal::NewApproval{a, i});
+      continue;
+    }
+    const std::string& gid = item.append.gid;
+    const uint32_t k = ShardOfGid(gid, cluster_.shards);
+    absl::Status not_ours;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!shards_[k].owned || shards_[k].lost) {
+        not_ours = absl::UnavailableError(
+            absl::StrCat("shard ", k, " of gid ", gid,
+                         shards_[k].lost ? " was lost to another node"
+                                         : " is not this node's"));
+      }
+    }
+    if (!not_ours.ok()) {
+      Complete(item, not_ours);  // never under the lock: it may append
+      continue;
+    }
+    if (deferred.count(gid) > 0) continue;
+    auto w_it = working.find(gid);
+    if (w_it == working.end()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto v = views_.find(gid);
+      if (v == views_.end()) continue;  // read failed meanwhile: next group
+      w_it = working.emplace(gid, v->second).first;
+    }
+    View& view = w_it->second;
+    if (view.stale) {
+      Complete(item, absl::AbortedError(absl::StrCat(
+                         "gid ", gid,
+                         ": another writer changed it since this node read "
+                         "it; read it again")));
+      continue;
+    }
+    internal::GidWrite* existing = group.Find(gid);
+    if (existing != nullptr && existing->finishes) {
+      deferred.insert(gid);  // finished in this group: after it, not in it
+      continue;
+    }
+    if (view.finished) {
+      // Compacted once the archive no longer has the full record.
+      view.summary.compacted = !archive_->Get(gid).ok();
+    }
+    const TxnSummary* current =
+        view.head || view.finished ? &view.summary : nullptr;
+    std::vector<Approval> local_used;
+    internal::ApprovalLookup lookup =
+        [&](const std::string& id) -> absl::StatusOr<Approval> {
+      auto a = approvals.find(id);
+      if (a == approvals.end() || !a->second.approval.has_value()) {
+        return absl::NotFoundError(absl::StrCat("approval ", id));
+      }
+      return *a->second.approval;
+    };
+    absl::StatusOr<internal::AppendPlan> plan =
+        internal::PlanAppend(item.append, current, lookup);
+    if (!plan.ok()) {
+      Complete(item, plan.status());
+      continue;
+    }
+    if (plan->registers) {
+      const Registered& reg = std::get<Registered>(item.append.records[0]);
+      if (reg.created_at_ms < shards_[k].horizon_ms.load()) {
+        Complete(item, absl::FailedPreconditionError(absl::StrCat(
+                           "gid ", gid, ": created_at ", reg.created_at_ms,
+                           " is older than the deduplication horizon ",
+                           shards_[k].horizon_ms.load())));
+        continue;
+      }
+      if (window_exhausted_.load()) {
+        Complete(item, absl::ResourceExhaustedError(
+                           "the etcd log's size budget would cut the "
+                           "deduplication window below "
+                           "cluster.min_dedup_window_ms: no new "
+                           "registrations until finished ones may go"));
+        continue;
+      }
+    }
+    bool approval_clash = false;
+    for (const Approval& a : plan->consumed) {
+      auto owner = approval_owner.find(a.approval_id);
+      if (approval_keys.count(a.approval_id) > 0 ||
+          (owner != approval_owner.end() && owner->second != gid)) {
+        approval_clash = true;
+      }
+    }
+    if (approval_clash) {
+      deferred.insert(gid);
+      continue;
+    }
+    const TxnSummary after = plan->summary_set ? plan->summary : view.summary;
+    if (view.finished) {
+      // History of a finished transaction: the archive's alone.
+      absl::StatusOr<TxnLog> full = archive_->Get(gid);
+      absl::Status s = full.status();
+      if (full.ok()) {
+        full->records.insert(full->records.end(), item.append.records.begin(),
+                             item.append.records.end());
+        full->summary = after;
+        full->summary.compacted = false;
+        s = archive_->Put(*full);
+      }
+      Complete(item, s);
+      continue;
+    }
+    internal::GidWrite w;
+    if (existing != nullptr) {
+      w = *existing;
+    } else {
+      w.gid = gid;
+      w.shard = k;
+      w.registers = !view.head;
+      w.head_mod_revision = view.head_mod_revision;
+      w.first_seq = view.record_count;
+      w.owner_epoch = epochs[k];
+      w.append_id = next_append_id_.fetch_add(1);
+      if (plan->registers) {
+        w.created_at_ms =
+            std::get<Registered>(item.append.records[0]).created_at_ms;
+      }
+    }
+    const bool was_final = IsFinal(view.summary.state) && !w.registers;
+    w.records.insert(w.records.end(), item.append.records.begin(),
+                     item.append.records.end());
+    w.summary = after;
+    w.finishes = IsFinal(after.state) && !was_final;
+    for (const Approval& a : plan->consumed) {
+      w.consumed.emplace_back(a, approvals[a.approval_id].mod_revision);
+    }
+    if (w.finishes) {
+      w.compact_value = internal::EncodeCompact(
+          internal::CompactEntry{options_.node_id, after});
+    }
+    w.items.push_back(i);
+    if (!group.Fits(w)) {
+      if (existing == nullptr && !group.FitsAlone(w)) {
+        Complete(item, absl::InvalidArgumentError(absl::StrCat(
+                           "gid ", gid,
+                           ": the append does not fit one etcd Txn (etcd's "
+                           "--max-txn-ops ",
+                           options_.max_txn_ops, ", --max-request-bytes ",
+                           options_.max_request_bytes, ")")));
+      } else {
+        deferred.insert(gid);
+      }
+      continue;
+    }
+    for (const Approval& a : plan->consumed) {
+      approvals[a.approval_id].approval = a;  // used, for later appends
+      approval_owner[a.approval_id] = gid;
+    }
+    view.summary = after;
+    view.head = true;
+    view.record_count += item.append.records.size();
+    group.Put(std::move(w));
+  }
+  // Only unfinished transactions' views are kept: an unknown gid's or a
+  // finished one's is read again when needed (retention may forget it, and
+  // the gid may then be registered anew).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [gid, view] : working) {
+      auto v = views_.find(gid);
+      if (v != views_.end() && !v->second.head && group.Find(gid) == nullptr) {
+        views_.erase(v);
+      }
+    }
+    for (const std::string& gid : missing) {
+      auto v = views_.find(gid);
+      if (v != views_.end() && !v->second.head && group.Find(gid) == nullptr) {
+        views_.erase(v);
+      }
+    }
+  }
+  if (group.empty()) return;
+
+  // 3. Finishing ones: their full record to the archive, with the records
+  // etcd holds.
+  {
+    std::vector<std::string> reading;
+    for (const auto& [gid, w] : group.writes()) {
+      if (w.finishes && !w.registers) reading.push_back(gid);
+    }
+    const size_t per_txn = std::max<size_t>(1, options_.max_txn_ops - 1);
+    for (size_t from = 0; from < reading.size(); from += per_txn) {
+      const size_t to = std::min(reading.size(), from + per_txn);
+      pb::TxnRequest txn;
+      for (size_t i = from; i < to; ++i) {
+        const internal::GidWrite& w = *group.Find(reading[i]);
+        const std::string rec = keys_.RecordPrefix(w.shard, w.gid);
+        AddRange(txn, true, rec, PrefixEnd(rec));
+      }
+      absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn);
+      if (!r.ok()) {
+        // etcd unreachable: everything not yet answered waits.
+        int64_t backoff = options_.resend_backoff_ms * 4;
+        WaitBackoff(backoff);
+        return;
+      }
+      for (size_t i = from; i < to; ++i) {
+        internal::GidWrite& w = *group.Find(reading[i]);
+        TxnLog full;
+        absl::Status bad;
+        for (const mvccpb::KeyValue& kv :
+             r->responses(static_cast<int>(i - from)).response_range().kvs()) {
+          absl::StatusOr<Record> rec = internal::DecodeRecord(kv.value());
+          if (!rec.ok()) bad = rec.status();
+          if (rec.ok()) full.records.push_back(*std::move(rec));
+        }
+        if (bad.ok() && full.records.size() == w.first_seq) {
+          full.records.insert(full.records.end(), w.records.begin(),
+                              w.records.end());
+          full.summary = w.summary;
+          bad = archive_->Put(full);
+        } else if (bad.ok()) {
+          bad = absl::AbortedError(absl::StrCat(
+              "gid ", w.gid, ": etcd holds ", full.records.size(),
+              " records, this node's view ", w.first_seq, "; read it again"));
+          std::lock_guard<std::mutex> lock(mu_);
+          views_[w.gid].stale = true;
+        }
+        if (!bad.ok()) {
+          for (size_t item : w.items) Complete(items[item], bad);
+          group.Remove(w.gid);
+        }
+      }
+    }
+    for (const auto& [gid, w] : group.writes()) {
+      if (w.finishes && w.registers) {
+        absl::Status s = archive_->Put(TxnLog{w.summary, w.records});
+        (void)s;  // the archive may be lost with the node (see the header)
+      }
+    }
+  }
+  if (group.empty()) return;
+
+  // 4. Send until etcd answers.
+  internal::Fences fences{&epochs, options_.lease_id,
+                          keys_.QuotaProbe(options_.node_id)};
+  pb::TxnRequest txn = group.Build(fences);
+  int attempt = 0;
+  int64_t backoff = options_.resend_backoff_ms;
+  absl::StatusOr<pb::TxnResponse> r;
+  while (true) {
+    txns_sent_.fetch_add(1);
+    r = options_.client->Txn(txn, options_.txn_timeout_ms);
+    if (r.ok()) break;
+    const absl::Status& e = r.status();
+    if (etcd::IsUnknownOutcome(e)) {
+      if (Stopping()) {
+        for (Item& item : items) {
+          Complete(item, absl::UnavailableError(absl::StrCat(
+                             "the etcd log closed with this append's "
+                             "outcome unknown (",
+                             e.message(), ")")));
+        }
+        return;
+      }
+      WaitBackoff(backoff);
+      ++attempt;  // the identical Txn again
+      continue;
+    }
+    // A definitive refusal: nothing of it was applied.
+    std::vector<std::string> gids;
+    for (const auto& [gid, w] : group.writes()) gids.push_back(gid);
+    if (etcd::IsTooLarge(e) && gids.size() + group.approvals().size() > 1) {
+      // Smaller, in order: the later half waits for the next group.
+      for (size_t i = gids.size() / 2; i < gids.size(); ++i) {
+        group.Remove(gids[i]);
+      }
+      if (gids.size() <= 1) {
+        while (group.approvals().size() > 1) {
+          group.RemoveApproval(group.approvals().size() - 1);
+        }
+      }
+      txn = group.Build(fences);
+      attempt = 0;
+      continue;
+    }
+    if (etcd::IsNoSpace(e)) {
+      // Registrations are refused; the rest wait for space.
+      for (const std::string& gid : gids) {
+        internal::GidWrite* w = group.Find(gid);
+        if (!w->registers) continue;
+        for (size_t item : w->items) {
+          Complete(items[item],
+                   absl::ResourceExhaustedError(absl::StrCat(
+                       "etcd is out of space (its quota alarm is on): no new "
+                       "transactions until it is freed (",
+                       e.message(), ")")));
+        }
+        group.Remove(gid);
+      }
+      int64_t pause = 500;
+      WaitBackoff(pause);
+      return;
+    }
+    absl::Status fail = e;
+    if (etcd::IsTooLarge(e)) {
+      fail = absl::InvalidArgumentError(
+          absl::StrCat("the append does not fit one etcd Txn: ", e.message()));
+    }
+    for (const auto& [gid, w] : group.writes()) {
+      for (size_t item : w.items) Complete(items[item], fail);
+    }
+    for (const internal::NewApproval& a : group.approvals()) {
+      Complete(items[a.item], fail);
+    }
+    return;
+  }
+  if (absl::Status s = NoteFatal(CheckHeader(cluster_, r->header())); !s.ok()) {
+    for (Item& item : items) Complete(item, s);
+    return;
+  }
+  // The highest revision seen, for the restore check at the next open: a
+  // synced local write, so not for every group.
+  if (txns_committed_.fetch_add(1) % 256 == 0) {
+    (void)archive_->RaiseMaxRevision(r->header().revision());
+  }
+
+  // 5. What each part says.
+  const int64_t revision = r->header().revision();
+  auto committed = [&](internal::GidWrite& w, int64_t mod_revision) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (w.finishes) {
+        views_.erase(w.gid);
+      } else {
+        View& v = views_[w.gid];
+        v.head = true;
+        v.finished = false;
+        v.stale = false;
+        v.head_mod_revision = mod_revision;
+        v.record_count = w.first_seq + w.records.size();
+        v.summary = w.summary;
+      }
+    }
+    for (size_t item : w.items) {
+      appends_committed_.fetch_add(1);
+      if (items[item].append.durability == Durability::kDurable) {
+        synced_appends_.fetch_add(1);
+      } else {
+        buffered_appends_.fetch_add(1);
+      }
+      Complete(items[item], absl::OkStatus());
+    }
+  };
+  // Whether the gid's keys show that this write committed (an earlier copy
+  // of the identical Txn did).
+  auto ours = [&](const internal::GidWrite& w, const mvccpb::KeyValue* head,
+                  const mvccpb::KeyValue* done, int64_t* mod) -> bool {
+    if (head != nullptr) {
+      absl::StatusOr<HeadValue> h =
+          internal::DecodeHead(head->value(), head->key());
+      if (h.ok() && h->owner_epoch == w.owner_epoch &&
+          h->append_id == w.append_id) {
+        *mod = head->mod_revision();
+        return true;
+      }
+      return false;
+    }
+    if (w.finishes && done != nullptr) {
+      absl::StatusOr<CompactEntry> e =
+          internal::DecodeCompact(done->value(), done->key());
+      return e.ok() && e->archive_node == options_.node_id &&
+             e->summary.created_at_ms == w.summary.created_at_ms &&
+             e->summary.content_hash == w.summary.content_hash;
+    }
+    return false;
+  };
+  auto refused = [&](internal::GidWrite& w, const pb::TxnResponse& failure) {
+    const mvccpb::KeyValue* horizon = FirstKv(failure.responses(2));
+    absl::Status why = absl::AbortedError(absl::StrCat(
+        "gid ", w.gid,
+        ": another writer changed it since this node read it; read it "
+        "again"));
+    if (w.registers && horizon != nullptr) {
+      absl::StatusOr<int64_t> h =
+          internal::DecodeHorizon(horizon->value(), horizon->key());
+      if (h.ok() && *h > w.created_at_ms &&
+          FirstKv(failure.responses(0)) == nullptr) {
+        why = absl::FailedPreconditionError(
+            absl::StrCat("gid ", w.gid, ": created_at ", w.created_at_ms,
+                         " is older than the deduplication horizon ", *h));
+        shards_[w.shard].horizon_ms =
+            std::max(shards_[w.shard].horizon_ms.load(), *h);
+      }
+    }
+    if (absl::IsAborted(why)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      views_[w.gid].stale = true;
+    }
+    for (size_t item : w.items) Complete(items[item], why);
+  };
+  int op = 0;
+  for (const auto& [shard, gids] : group.shards()) {
+    const pb::TxnResponse& st = r->responses(op++).response_txn();
+    if (st.succeeded()) {
+      for (int j = 0; j < static_cast<int>(gids.size()); ++j) {
+        internal::GidWrite& w = *group.Find(gids[j]);
+        const pb::TxnResponse& gt = st.responses(j).response_txn();
+        int64_t mod = revision;
+        if (gt.succeeded()) {
+          committed(w, revision);
+        } else if (attempt > 0 && ours(w, FirstKv(gt.responses(0)),
+                                       FirstKv(gt.responses(1)), &mod)) {
+          committed(w, mod);
+        } else {
+          refused(w, gt);
+        }
+      }
+      continue;
+    }
+    // The fence was refused: the shard is another node's now. An earlier
+    // copy of this Txn may have committed before it was: read the keys.
+    const mvccpb::KeyValue* owner = FirstKv(st.responses(0));
+    std::string who = owner == nullptr ? "nobody" : owner->value();
+    std::replace(who.begin(), who.end(), '\n', ' ');
+    const absl::Status lost = absl::UnavailableError(
+        absl::StrCat("shard ", shard, " was lost (its owner is now ", who,
+                     "): nothing more is written for it"));
+    // Heard of before its appends are answered (etcd_log.h).
+    LoseShard(shard, lost);
+    for (const std::string& gid : gids) {
+      internal::GidWrite& w = *group.Find(gid);
+      if (attempt > 0) {
+        pb::TxnRequest read;
+        AddRange(read, true, keys_.Head(w.shard, w.gid));
+        AddRange(read, true, keys_.Done(w.shard, w.gid));
+        absl::StatusOr<pb::TxnResponse> got = options_.client->Txn(read);
+        int64_t mod = 0;
+        if (got.ok() && ours(w, FirstKv(got->responses(0)),
+                             FirstKv(got->responses(1)), &mod)) {
+          committed(w, mod);
+          continue;
+        }
+      }
+      for (size_t item : w.items) Complete(items[item], lost);
+    }
+  }
+  for (const internal::NewApproval& a : group.approvals()) {
+    const pb::TxnResponse& at = r->responses(op++).response_txn();
+    if (at.succeeded()) {
+      Complete(items[a.item], absl::OkStatus());
+      continue;
+    }
+    const mvccpb::KeyValue* kv = FirstKv(at.responses(0));
+    if (attempt > 0 && kv != nullptr &&
+        kv->value() == internal::EncodeApproval(a.approval)) {
+      Complete(items[a.item], absl::OkStatus());
+      continue;
+    }
+    Complete(items[a.item],
+             absl::AlreadyExistsError(absl::StrCat(
+                 "approval ", a.approval.approval_id, " exists already")));
+  }
+}
+
+// --- Retention ---
+
+absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
+  const RetentionPolicy& policy = options_.retention;
+  struct Entry {
+    std::string gid;
+    TxnSummary summary;
+    size_t bytes = 0;
+  };
+  bool exhausted = false;
+  for (uint32_t k = 0; k < cluster_.shards; ++k) {
+    uint64_t epoch = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!shards_[k].owned || shards_[k].lost) continue;
+      epoch = shards_[k].epoch;
+    }
+    std::vector<Entry> entries;
+    size_t bytes = 0;
+    absl::Status s = RangeAll(
+        *options_.client, keys_.DonePrefix(k), PrefixEnd(keys_.DonePrefix(k)),
+        0, [&](const mvccpb::KeyValue& kv) -> absl::Status {
+          absl::StatusOr<CompactEntry> e =
+              internal::DecodeCompact(kv.value(), kv.key());
+          if (!e.ok()) return e.status();
+          Entry entry{e->summary.gid, std::move(e->summary),
+                      kv.key().size() + kv.value().size()};
+          bytes += entry.bytes;
+          entries.push_back(std::move(entry));
+          return absl::OkStatus();
+        });
+    if (!s.ok()) return s;
+    if (policy.max_bytes != 0) {
+      s = RangeAll(*options_.client, keys_.HeadPrefix(k),
+                   PrefixEnd(keys_.HeadPrefix(k)), 0,
+                   [&](const mvccpb::KeyValue& kv) {
+                     bytes += kv.key().size() + kv.value().size();
+                     return absl::OkStatus();
+                   });
+      if (!s.ok()) return s;
+    }
+    std::sort(entries.begin(), entries.end(),
+              [](const Entry& a, const Entry& b) {
+                return a.summary.finished_at_ms < b.summary.finished_at_ms;
+              });
+    std::vector<const Entry*> forget;
+    for (const Entry& e : entries) {
+      TxnSummary summary = e.summary;
+      absl::StatusOr<TxnLog> full = archive_->Get(e.gid);
+      summary.compacted = !full.ok();
+      switch (internal::DueStep(summary, policy, now_ms)) {
+        case internal::RetentionStep::kForget:
+          forget.push_back(&e);
+          bytes -= e.bytes;
+          break;
+        case internal::RetentionStep::kCompact:
+          if (absl::Status es = archive_->Erase(e.gid); !es.ok()) return es;
+          break;
+        case internal::RetentionStep::kKeep:
+          break;
+      }
+    }
+    // The size budget: the oldest finished go first, never one younger than
+    // the minimum window.
+    if (policy.max_bytes != 0) {
+      for (const Entry& e : entries) {
+        if (bytes <= policy.max_bytes) break;
+        if (std::find(forget.begin(), forget.end(), &e) != forget.end()) {
+          continue;
+        }
+        if (now_ms - e.summary.finished_at_ms < options_.min_dedup_window_ms) {
+          exhausted = true;
+          break;
+        }
+        forget.push_back(&e);
+        bytes -= e.bytes;
+      }
+    }
+    // Forgotten: one fenced Txn per batch deletes the compact entries and
+    // raises the horizon past their created_at.
+    const size_t per_txn = std::max<size_t>(1, options_.max_txn_ops - 4);
+    for (size_t from = 0; from < forget.size(); from += per_txn) {
+      const size_t to = std::min(forget.size(), from + per_txn);
+      int64_t horizon = shards_[k].horizon_ms.load();
+      pb::TxnRequest txn;
+      pb::Compare* c = txn.add_compare();
+      c->set_key(keys_.Owner(k));
+      c->set_target(pb::Compare::CREATE);
+      c->set_result(pb::Compare::EQUAL);
+      c->set_create_revision(static_cast<int64_t>(epoch));
+      c = txn.add_compare();
+      c->set_key(keys_.Owner(k));
+      c->set_target(pb::Compare::LEASE);
+      c->set_result(pb::Compare::EQUAL);
+      c->set_lease(options_.lease_id);
+      for (size_t i = from; i < to; ++i) {
+        const TxnSummary& sm = forget[i]->summary;
+        horizon = std::max(horizon, sm.created_at_ms == INT64_MAX
+                                        ? sm.created_at_ms
+                                        : sm.created_at_ms + 1);
+        txn.add_success()->mutable_request_delete_range()->set_key(
+            keys_.Done(k, forget[i]->gid));
+      }
+      pb::PutRequest* put = txn.add_success()->mutable_request_put();
+      put->set_key(keys_.Horizon(k));
+      put->set_value(internal::EncodeHorizon(horizon));
+      int64_t backoff = options_.resend_backoff_ms;
+      absl::StatusOr<pb::TxnResponse> r;
+      while (true) {
+        r = options_.client->Txn(txn);
+        if (r.ok() || !etcd::IsUnknownOutcome(r.status()) || Stopping()) break;
+        WaitBackoff(backoff);  // identical again: deletes and a max
+      }
+      if (!r.ok()) return r.status();
+      if (!r->succeeded()) {
+        const absl::Status lost = absl::UnavailableError(
+            absl::StrCat("shard ", k, " was lost (retention's fence)"));
+        LoseShard(k, lost);
+        break;
+      }
+      shards_[k].horizon_ms = std::max(shards_[k].horizon_ms.load(), horizon);
+      for (size_t i = from; i < to; ++i) {
+        (void)archive_->Erase(forget[i]->gid);
+      }
+    }
+  }
+  window_exhausted_ = exhausted;
+  return absl::OkStatus();
+}
+
+LogStats EtcdLog::Impl::Stats() const {
+  LogStats stats;
+  stats.bytes_on_disk = archive_->BytesOnDisk();
+  stats.syncs = txns_committed_.load();
+  stats.synced_appends = synced_appends_.load();
+  stats.buffered_appends = buffered_appends_.load();
+  for (uint32_t k = 0; k < cluster_.shards; ++k) {
+    stats.dedup_horizon_ms =
+        std::max(stats.dedup_horizon_ms, shards_[k].horizon_ms.load());
+  }
+  pb::RangeRequest count;
+  count.set_key(keys_.AllHeads());
+  count.set_range_end(PrefixEnd(keys_.AllHeads()));
+  count.set_count_only(true);
+  absl::StatusOr<pb::RangeResponse> r = options_.client->Range(count);
+  if (r.ok()) stats.unfinished = static_cast<uint64_t>(r->count());
+  return stats;
+}
+
+// --- EtcdLog ---
+
+absl::StatusOr<std::unique_ptr<EtcdLog>> EtcdLog::Open(EtcdLogOptions options) {
+  if (options.client == nullptr) {
+    return absl::InvalidArgumentError("the etcd log needs a client");
+  }
+  if (options.key_prefix.empty() || options.key_prefix.back() != '/') {
+    return absl::InvalidArgumentError("cluster.key_prefix must end with '/'");
+  }
+  if (options.node_id.empty()) {
+    return absl::InvalidArgumentError("cluster.node_id is required");
+  }
+  if (options.max_txn_ops < 16) {
+    return absl::InvalidArgumentError("max_txn_ops must be at least 16");
+  }
+  absl::StatusOr<ClusterInfo> cluster =
+      ReadCluster(*options.client, options.key_prefix);
+  if (!cluster.ok()) return cluster.status();
+  absl::StatusOr<std::unique_ptr<Archive>> archive =
+      Archive::Open(options.archive_dir);
+  if (!archive.ok()) return archive.status();
+  absl::StatusOr<int64_t> seen = (*archive)->MaxRevision();
+  if (!seen.ok()) return seen.status();
+  absl::StatusOr<pb::StatusResponse> status = options.client->Status();
+  if (!status.ok()) return status.status();
+  if (status->header().revision() < *seen) {
+    return absl::DataLossError(absl::StrCat(
+        "etcd's revision ", status->header().revision(),
+        " is below the revision ", *seen,
+        " this node saw: etcd was restored from a snapshot; tccd refuses it"));
+  }
+  auto impl =
+      std::make_unique<Impl>(std::move(options), *cluster, *std::move(archive));
+  impl->Start();
+  return std::unique_ptr<EtcdLog>(new EtcdLog(std::move(impl)));
+}
+
+EtcdLog::EtcdLog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+EtcdLog::~EtcdLog() = default;
+
+void EtcdLog::Append(AppendRequest request, AppendDone done) {
+  Impl::Item item;
+  item.append = std::move(request);
+  item.done = std::move(done);
+  impl_->Enqueue(std::move(item));
+}
+
+void EtcdLog::PutApproval(Approval approval, AppendDone done) {
+  Impl::Item item;
+  item.approval = true;
+  item.new_approval = std::make_unique<Approval>(std::move(approval));
+  item.done = std::move(done);
+  impl_->Enqueue(std::move(item));
+}
+
+absl::StatusOr<TxnLog> EtcdLog::Read(std::string_view gid) {
+  return impl_->Read(gid);
+}
+absl::StatusOr<Approval> EtcdLog::ReadApproval(std::string_view id) {
+  return impl_->ReadApproval(id);
+}
+absl::StatusOr<ListPage> EtcdLog::List(const ListQuery& query) {
+  return impl_->List(query);
+}
+uint32_t EtcdLog::shard_count() const { return impl_->cluster().shards; }
+absl::Status EtcdLog::ScanUnfinished(
+    uint32_t shard, const std::function<absl::Status(TxnLog)>& visit) {
+  return impl_->ScanUnfinished(shard, visit);
+}
+absl::StatusOr<uint64_t> EtcdLog::TakeOwnerEpoch(uint32_t shard) {
+  return impl_->TakeOwnerEpoch(shard);
+}
+void EtcdLog::SetShardLostHandler(ShardLostFn lost) {
+  impl_->SetShardLostHandler(std::move(lost));
+}
+absl::Status EtcdLog::RunRetention(int64_t now_ms) {
+  return impl_->RunRetention(now_ms);
+}
+int64_t EtcdLog::DedupHorizonMs(uint32_t shard) const {
+  return impl_->Horizon(shard);
+}
+LogStats EtcdLog::Stats() const { return impl_->Stats(); }
+absl::Status EtcdLog::ReleaseShard(uint32_t shard) {
+  return impl_->ReleaseShard(shard);
+}
+bool EtcdLog::Owns(uint32_t shard) const { return impl_->Owns(shard); }
+absl::Status EtcdLog::failure() const { return impl_->failure(); }
+const ClusterInfo& EtcdLog::cluster() const { return impl_->cluster(); }
+uint64_t EtcdLog::txns_sent() const { return impl_->txns_sent(); }
+double EtcdLog::MeanAppendsPerTxn() const { return impl_->MeanAppendsPerTxn(); }
+
+}  // namespace tcc::wal

@@ -1,0 +1,273 @@
+#include "etcd/group_txn.h"
+
+#include <algorithm>
+
+#include "etcd/etcd_codec.h"
+#include "record_codec.h"
+
+namespace tcc::wal::internal {
+namespace {
+
+namespace pb = etcdserverpb;
+using etcd_keys::PrefixEnd;
+
+// What etcd adds per op and per key beyond the bytes (a generous bound of
+// the protobuf framing, and of the raft request that wraps the Txn).
+constexpr size_t kOpOverhead = 24;
+constexpr size_t kRequestSlack = 16 << 10;
+
+pb::Compare* AddCompare(pb::TxnRequest& txn, const std::string& key,
+                        pb::Compare::CompareTarget target,
+                        pb::Compare::CompareResult result) {
+  pb::Compare* c = txn.add_compare();
+  c->set_key(key);
+  c->set_target(target);
+  c->set_result(result);
+  return c;
+}
+
+void AddRange(pb::TxnRequest& txn, const std::string& key) {
+  txn.add_failure()->mutable_request_range()->set_key(key);
+}
+
+void AddPut(pb::TxnRequest& txn, const std::string& key, std::string value) {
+  pb::PutRequest* p = txn.add_success()->mutable_request_put();
+  p->set_key(key);
+  p->set_value(std::move(value));
+}
+
+HeadValue HeadOf(const GidWrite& w) {
+  HeadValue h;
+  h.owner_epoch = w.owner_epoch;
+  h.append_id = w.append_id;
+  h.record_count = w.first_seq + w.records.size();
+  h.summary = w.summary;
+  return h;
+}
+
+}  // namespace
+
+size_t GroupTxn::GidCost(const GidWrite& w) {
+  const size_t a = w.consumed.size();
+  const size_t compares = (w.registers ? 3 : 1) + a;
+  size_t success = a;
+  if (w.finishes) {
+    success += w.registers ? 1 : 3;
+  } else {
+    success += w.records.size() + 1;
+  }
+  const size_t failure = 3 + a;
+  return std::max({compares, success, failure});
+}
+
+size_t GroupTxn::GidBytes(const GidWrite& w) const {
+  const size_t key = keys_.Head(w.shard, w.gid).size() + 24;
+  size_t bytes = 6 * (key + kOpOverhead);
+  if (w.finishes) {
+    bytes += w.compact_value.size() + 2 * EncodeSummary(w.summary).size();
+  } else {
+    bytes += EncodeSummary(w.summary).size() + 24;
+    for (const Record& r : w.records) {
+      bytes += key + kOpOverhead + EncodeRecord(r).size();
+    }
+  }
+  for (const auto& [a, rev] : w.consumed) {
+    bytes += 3 * (keys_.Approval(a.approval_id).size() + kOpOverhead) +
+             EncodeApproval(a).size();
+  }
+  return bytes;
+}
+
+size_t GroupTxn::OpsWith(uint32_t shard, size_t gids, size_t gid_max,
+                         size_t shards, size_t approvals) const {
+  size_t deepest = approvals > 0 ? 1 : 0;
+  bool seen = false;
+  for (const auto& [k, st] : stats_) {
+    size_t n = st.gids, m = st.gid_max;
+    if (k == shard) {
+      n = gids;
+      m = gid_max;
+      seen = true;
+    }
+    deepest = std::max(deepest, std::max<size_t>(2, n) + m);
+  }
+  if (!seen && gids > 0) {
+    deepest = std::max(deepest, std::max<size_t>(2, gids) + gid_max);
+  }
+  return shards + approvals + 1 + deepest;  // 1: the quota probe's put
+}
+
+bool GroupTxn::Fits(const GidWrite& w) const {
+  auto st = stats_.find(w.shard);
+  ShardStats next = st == stats_.end() ? ShardStats{} : st->second;
+  size_t bytes = bytes_;
+  auto old = write_bytes_.find(w.gid);
+  if (old != write_bytes_.end()) {
+    bytes -= old->second;
+  } else {
+    ++next.gids;
+  }
+  next.gid_max = std::max(next.gid_max, GidCost(w));
+  bytes += GidBytes(w);
+  const size_t shards = stats_.size() + (st == stats_.end() ? 1 : 0);
+  return OpsWith(w.shard, next.gids, next.gid_max, shards, approvals_.size()) <=
+             limits_.max_txn_ops &&
+         bytes + kRequestSlack <= limits_.max_request_bytes;
+}
+
+bool GroupTxn::FitsAlone(const GidWrite& w) const {
+  GroupTxn alone(keys_, limits_);
+  return alone.Fits(w);
+}
+
+bool GroupTxn::FitsApproval(const Approval& a) const {
+  const size_t bytes = bytes_ + EncodeApproval(a).size() +
+                       3 * (keys_.Approval(a.approval_id).size() + kOpOverhead);
+  return OpsWith(UINT32_MAX, 0, 0, stats_.size(), approvals_.size() + 1) <=
+             limits_.max_txn_ops &&
+         bytes + kRequestSlack <= limits_.max_request_bytes;
+}
+
+void GroupTxn::Put(GidWrite w) {
+  ShardStats& st = stats_[w.shard];
+  auto old = write_bytes_.find(w.gid);
+  if (old != write_bytes_.end()) {
+    bytes_ -= old->second;
+  } else {
+    ++st.gids;
+    auto it = std::find_if(order_.begin(), order_.end(),
+                           [&](const auto& s) { return s.first == w.shard; });
+    if (it == order_.end()) {
+      order_.push_back({w.shard, {w.gid}});
+    } else {
+      it->second.push_back(w.gid);
+    }
+  }
+  st.gid_max = std::max(st.gid_max, GidCost(w));
+  const size_t b = GidBytes(w);
+  bytes_ += b;
+  write_bytes_[w.gid] = b;
+  std::string gid = w.gid;
+  writes_[gid] = std::move(w);
+}
+
+void GroupTxn::Remove(std::string gid) {
+  auto w = writes_.find(gid);
+  if (w == writes_.end()) return;
+  bytes_ -= write_bytes_[gid];
+  write_bytes_.erase(gid);
+  const uint32_t shard = w->second.shard;
+  writes_.erase(w);
+  for (auto it = order_.begin(); it != order_.end(); ++it) {
+    if (it->first != shard) continue;
+    it->second.erase(std::remove(it->second.begin(), it->second.end(), gid),
+                     it->second.end());
+    if (it->second.empty()) {
+      order_.erase(it);
+      stats_.erase(shard);
+    } else {
+      // The largest cost again, from the writes left (removals are rare).
+      ShardStats& st = stats_[shard];
+      st.gids = it->second.size();
+      st.gid_max = 0;
+      for (const std::string& g : it->second) {
+        st.gid_max = std::max(st.gid_max, GidCost(writes_.at(g)));
+      }
+    }
+    break;
+  }
+}
+
+GidWrite* GroupTxn::Find(const std::string& gid) {
+  auto it = writes_.find(gid);
+  return it == writes_.end() ? nullptr : &it->second;
+}
+
+void GroupTxn::AddApproval(NewApproval a) {
+  bytes_ += EncodeApproval(a.approval).size() +
+            3 * (keys_.Approval(a.approval.approval_id).size() + kOpOverhead);
+  approvals_.push_back(std::move(a));
+}
+
+void GroupTxn::RemoveApproval(size_t index) {
+  const Approval& a = approvals_[index].approval;
+  bytes_ -= EncodeApproval(a).size() +
+            3 * (keys_.Approval(a.approval_id).size() + kOpOverhead);
+  approvals_.erase(approvals_.begin() + static_cast<ptrdiff_t>(index));
+}
+
+void GroupTxn::BuildGid(const GidWrite& w, pb::TxnRequest& t) const {
+  const std::string head = keys_.Head(w.shard, w.gid);
+  const std::string done = keys_.Done(w.shard, w.gid);
+  const std::string horizon = keys_.Horizon(w.shard);
+  if (w.registers) {
+    AddCompare(t, head, pb::Compare::CREATE, pb::Compare::EQUAL)
+        ->set_create_revision(0);
+    AddCompare(t, done, pb::Compare::CREATE, pb::Compare::EQUAL)
+        ->set_create_revision(0);
+    const int64_t after =
+        w.created_at_ms == INT64_MAX ? w.created_at_ms : w.created_at_ms + 1;
+    AddCompare(t, horizon, pb::Compare::VALUE, pb::Compare::LESS)
+        ->set_value(EncodeHorizon(after));
+  } else {
+    AddCompare(t, head, pb::Compare::MOD, pb::Compare::EQUAL)
+        ->set_mod_revision(w.head_mod_revision);
+  }
+  for (const auto& [a, rev] : w.consumed) {
+    AddCompare(t, keys_.Approval(a.approval_id), pb::Compare::MOD,
+               pb::Compare::EQUAL)
+        ->set_mod_revision(rev);
+    AddPut(t, keys_.Approval(a.approval_id), EncodeApproval(a));
+  }
+  if (w.finishes) {
+    if (!w.registers) {
+      t.add_success()->mutable_request_delete_range()->set_key(head);
+      pb::DeleteRangeRequest* d =
+          t.add_success()->mutable_request_delete_range();
+      const std::string rec = keys_.RecordPrefix(w.shard, w.gid);
+      d->set_key(rec);
+      d->set_range_end(PrefixEnd(rec));
+    }
+    AddPut(t, done, w.compact_value);
+  } else {
+    for (size_t i = 0; i < w.records.size(); ++i) {
+      AddPut(t, keys_.Record(w.shard, w.gid, w.first_seq + i),
+             EncodeRecord(w.records[i]));
+    }
+    AddPut(t, head, EncodeHead(HeadOf(w)));
+  }
+  AddRange(t, head);
+  AddRange(t, done);
+  AddRange(t, horizon);
+  for (const auto& [a, rev] : w.consumed) {
+    AddRange(t, keys_.Approval(a.approval_id));
+  }
+}
+
+pb::TxnRequest GroupTxn::Build(const Fences& fences) const {
+  pb::TxnRequest top;
+  for (const auto& [shard, gids] : order_) {
+    pb::TxnRequest* s = top.add_success()->mutable_request_txn();
+    const std::string owner = keys_.Owner(shard);
+    AddCompare(*s, owner, pb::Compare::CREATE, pb::Compare::EQUAL)
+        ->set_create_revision(static_cast<int64_t>((*fences.epochs)[shard]));
+    AddCompare(*s, owner, pb::Compare::LEASE, pb::Compare::EQUAL)
+        ->set_lease(fences.lease_id);
+    AddRange(*s, owner);
+    for (const std::string& g : gids) {
+      BuildGid(writes_.at(g), *s->add_success()->mutable_request_txn());
+    }
+  }
+  for (const NewApproval& a : approvals_) {
+    pb::TxnRequest* t = top.add_success()->mutable_request_txn();
+    const std::string key = keys_.Approval(a.approval.approval_id);
+    AddCompare(*t, key, pb::Compare::CREATE, pb::Compare::EQUAL)
+        ->set_create_revision(0);
+    AddPut(*t, key, EncodeApproval(a.approval));
+    AddRange(*t, key);
+  }
+  top.add_success()->mutable_request_put()->set_key(fences.quota_key);
+  return top;
+}
+
+}  // namespace tcc::wal::internal

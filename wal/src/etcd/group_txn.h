@@ -1,0 +1,144 @@
+// One group commit of the etcd log as one etcd Txn (DESIGN.md section 14,
+// "Group commit"): what it writes, what it costs against etcd's limits, and
+// the Txn itself. Pure: no I/O, no locks; thread-compatible.
+//
+// The Txn, top down:
+//   success: one nested Txn per shard, then one per new approval
+//   shard Txn   compare  create_revision(owner) == epoch,
+//                        lease(owner) == lease
+//               success  one nested Txn per gid of the shard, in order
+//               failure  range owner
+//   gid Txn     compare  a registration: create_revision(head) == 0,
+//                        create_revision(done) == 0, value(horizon) <
+//                        created_at + 1; else mod_revision(head) == the
+//                        view's; and mod_revision(approval) == the one read,
+//                        for each approval it consumes
+//               success  put its new records and its head; a finishing one
+//                        deletes head and records and puts done instead;
+//                        put each consumed approval
+//               failure  range head, done, horizon, each approval
+//   approval    compare  create_revision(approval) == 0
+//               success  put;  failure  range
+//   last, at the top: put quota/<node> (empty), so etcd's quota sees it
+//
+// Cost (etcd's --max-txn-ops rule): a level costs the largest of its
+// compares, success ops and failure ops, and along every path the levels'
+// costs add up: top (shards + approvals + the quota put) + shard (its gids, at
+// least 2) + gid (its own) must stay within max_txn_ops.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "etcd/etcd_keys.h"
+#include "etcd/etcdserver/etcdserverpb/rpc.pb.h"
+#include "tcc/wal/log.h"
+
+namespace tcc::wal::internal {
+
+// An approval as read from etcd for a group (mod_revision 0: absent).
+struct ApprovalState {
+  std::optional<Approval> approval;
+  int64_t mod_revision = 0;
+};
+
+// One gid's appends in a group, merged in order.
+struct GidWrite {
+  std::string gid;
+  uint32_t shard = 0;
+  bool registers = false;         // the head did not exist before the group
+  bool finishes = false;          // the group finishes the transaction
+  int64_t created_at_ms = 0;      // registrations: the horizon compare
+  int64_t head_mod_revision = 0;  // others: the head compare
+  uint64_t first_seq = 0;         // its record count before the group
+  std::vector<Record> records;    // new records (not written if finishing)
+  TxnSummary summary;             // after the group
+  uint64_t owner_epoch = 0;
+  uint64_t append_id = 0;
+  // Approvals it consumes (marked used) and the mod_revision read.
+  std::vector<std::pair<Approval, int64_t>> consumed;
+  std::string compact_value;  // finishing: the compact entry
+  std::vector<size_t> items;  // the group's items it answers
+};
+
+struct NewApproval {
+  Approval approval;
+  size_t item = 0;
+};
+
+struct GroupLimits {
+  size_t max_txn_ops = 1024;
+  size_t max_request_bytes = 4 << 20;
+};
+
+// The shard fences: epoch per shard, the node's lease; and the node's
+// quota probe key (etcd_keys.h), put at the top level of every group.
+struct Fences {
+  const std::vector<uint64_t>* epochs = nullptr;
+  int64_t lease_id = 0;
+  std::string quota_key;
+};
+
+class GroupTxn {
+ public:
+  GroupTxn(const etcd_keys::Layout& keys, GroupLimits limits)
+      : keys_(keys), limits_(limits) {}
+
+  // The ops and bytes `w` costs as it stands.
+  static size_t GidCost(const GidWrite& w);
+  size_t GidBytes(const GidWrite& w) const;
+
+  // Whether the group still fits etcd's limits with `w` in it (replacing
+  // the write of the same gid, if any).
+  bool Fits(const GidWrite& w) const;
+  bool FitsApproval(const Approval& a) const;
+  // Whether `w` would fit a group of its own.
+  bool FitsAlone(const GidWrite& w) const;
+
+  // Adds or replaces the write of w.gid.
+  void Put(GidWrite w);
+  // By value: callers pass the gid of the write it destroys.
+  void Remove(std::string gid);
+  void AddApproval(NewApproval a);
+  void RemoveApproval(size_t index);
+
+  bool empty() const { return order_.empty() && approvals_.empty(); }
+  // Shards in order, and in each the gids' writes in order.
+  const std::vector<std::pair<uint32_t, std::vector<std::string>>>& shards()
+      const {
+    return order_;
+  }
+  const std::map<std::string, GidWrite>& writes() const { return writes_; }
+  GidWrite* Find(const std::string& gid);
+  const std::vector<NewApproval>& approvals() const { return approvals_; }
+
+  etcdserverpb::TxnRequest Build(const Fences& fences) const;
+
+ private:
+  // Ops along the deepest path if shard `shard` held `gids` gids whose
+  // largest cost is `gid_max` (the others as they are), with `shards`
+  // shards and `approvals` new approvals.
+  size_t OpsWith(uint32_t shard, size_t gids, size_t gid_max, size_t shards,
+                 size_t approvals) const;
+  void BuildGid(const GidWrite& w, etcdserverpb::TxnRequest& out) const;
+
+  struct ShardStats {
+    size_t gids = 0;
+    size_t gid_max = 0;  // the largest GidCost of its writes
+  };
+
+  const etcd_keys::Layout& keys_;
+  const GroupLimits limits_;
+  std::vector<std::pair<uint32_t, std::vector<std::string>>> order_;
+  std::map<std::string, GidWrite> writes_;
+  std::map<std::string, size_t> write_bytes_;  // GidBytes of each write
+  std::map<uint32_t, ShardStats> stats_;
+  std::vector<NewApproval> approvals_;
+  size_t bytes_ = 0;  // of writes_ and approvals_
+};
+
+}  // namespace tcc::wal::internal
