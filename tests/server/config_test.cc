@@ -190,8 +190,8 @@ TEST_CASE("the console: off by default, TLS required off loopback") {
   CHECK(on->console.max_connections == 8);
   // Off loopback the session cookie would travel in the clear: refused,
   // even when plaintext is said outright.
-  CHECK(ErrorOf("console_listen: 0.0.0.0:7080\n")
-            .find("console.tls.mode") != std::string::npos);
+  CHECK(ErrorOf("console_listen: 0.0.0.0:7080\n").find("console.tls.mode") !=
+        std::string::npos);
   CHECK(ErrorOf("console_listen: 10.1.2.3:7080\n"
                 "console: {tls: {mode: plaintext}}\n")
             .find("tls or mtls required for 10.1.2.3:7080") !=
