@@ -20,6 +20,7 @@
 #include <pqxx/pqxx>
 #include <string>
 
+#include "../harness/pg_env.h"
 #include "tcc/barrier/memory_store.h"
 #include "tcc/barrier/postgres_store.h"
 #include "tcc/barrier/rocksdb_store.h"
@@ -43,28 +44,6 @@ class TempDir {
  private:
   std::string path_;
 };
-
-// The URL of the test PostgreSQL server; FAILs the test when there is none.
-inline std::string PostgresUrl() {
-  if (const char* file = std::getenv("TCC_PG_ENV_FILE"); file != nullptr) {
-    std::ifstream in(file);
-    std::string line;
-    const std::string prefix = "export TCC_PG_URL=";
-    while (std::getline(in, line)) {
-      if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
-    }
-    FAIL("no TCC_PG_URL in " << file
-                             << " (did the postgres fixture start? see "
-                                "scripts/pg.sh)");
-  }
-  if (const char* url = std::getenv("TCC_PG_URL"); url != nullptr && *url) {
-    return url;
-  }
-  FAIL(
-      "PostgreSQL is required: set TCC_PG_ENV_FILE or TCC_PG_URL "
-      "(eval \"$(scripts/pg.sh start)\")");
-  return "";
-}
 
 struct StoreOptions {
   std::chrono::milliseconds lock_timeout{2000};

@@ -306,6 +306,34 @@ std::string RunCapture(const std::string& command) {
   return out;
 }
 
+// A cluster whose tccd serves the console on 127.0.0.1 (a free port), with
+// alice's admin token in DIR/admin-tokens and `yaml` as DIR/tccd.yaml.
+ClusterOptions ConsoleCluster(const std::string& dir, const std::string& yaml,
+                              uint32_t accounts) {
+  const std::string tokens = dir + "/admin-tokens";
+  std::ofstream(tokens) << "alice " << kToken << "\n";
+  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
+  std::ofstream(dir + "/tccd.yaml") << yaml;
+  ClusterOptions o;
+  o.root_dir = dir + "/cluster";
+  o.tccd_bin = TCC_TCCD_BIN;
+  o.bank_bin = TCC_BANK_BIN;
+  o.accounts = accounts;
+  o.tccd_args = {"--config", dir + "/tccd.yaml", "--admin-token-file",
+                 tokens,     "--console-listen", "127.0.0.1:0"};
+  return o;
+}
+
+// The console's port, as tccd printed it (`scheme` http or https).
+int ConsolePort(BankCluster& c, const std::string& scheme) {
+  auto port_text = c.tccd()->WaitForLine(
+      "^console: " + scheme + R"(://127\.0\.0\.1:(\d+)/)", 10000);
+  REQUIRE(port_text.ok());
+  int port = 0;
+  REQUIRE(absl::SimpleAtoi(*port_text, &port));
+  return port;
+}
+
 }  // namespace
 
 TEST_CASE("the console shows what tccd holds, to admins only") {
@@ -313,27 +341,15 @@ TEST_CASE("the console shows what tccd holds, to admins only") {
   const std::string artifacts = TCC_ARTIFACTS_DIR;
   std::filesystem::create_directories(artifacts);
   const std::string tokens = dir + "/admin-tokens";
-  std::ofstream(tokens) << "alice " << kToken << "\n";
-  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
   // Two failed Confirms (at a 100 ms cap) flag a branch STUCK; stuck ones
   // are retried every 300 ms.
-  std::ofstream(dir + "/tccd.yaml")
-      << "retry:\n  base_ms: 20\n  cap_ms: 100\n  stuck_after_ms: 200\n"
-         "  stuck_retry_ms: 300\n";
-  ClusterOptions o;
-  o.root_dir = dir + "/cluster";
-  o.tccd_bin = TCC_TCCD_BIN;
-  o.bank_bin = TCC_BANK_BIN;
-  o.accounts = 10;
-  o.tccd_args = {"--config", dir + "/tccd.yaml", "--admin-token-file",
-                 tokens,     "--console-listen", "127.0.0.1:0"};
-  BankCluster c(o);
+  BankCluster c(ConsoleCluster(
+      dir,
+      "retry:\n  base_ms: 20\n  cap_ms: 100\n  stuck_after_ms: 200\n"
+      "  stuck_retry_ms: 300\n",
+      10));
   REQUIRE(c.Start().ok());
-  auto port_text =
-      c.tccd()->WaitForLine(R"(^console: http://127\.0\.0\.1:(\d+)/)", 10000);
-  REQUIRE(port_text.ok());
-  int port = 0;
-  REQUIRE(absl::SimpleAtoi(*port_text, &port));
+  const int port = ConsolePort(c, "http");
   const std::string origin = absl::StrCat("http://127.0.0.1:", port);
   Admin admin(c.tccd_port());
 
@@ -512,29 +528,17 @@ TEST_CASE("the console over mutual TLS: a listed certificate signs in") {
   REQUIRE(ops.ok());
   REQUIRE(mallory.ok());
   REQUIRE(stranger.ok());
-  const std::string tokens = dir + "/admin-tokens";
-  std::ofstream(tokens) << "alice " << kToken << "\n";
-  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
-  std::ofstream(dir + "/tccd.yaml")
-      << "console_listen: 127.0.0.1:0\nconsole:\n  tls:\n    mode: mtls\n"
-         "    cert_file: "
-      << pki->server().cert_file << "\n    key_file: " << pki->server().key_file
-      << "\n    client_ca_file: " << pki->ca_file()
-      << "\nadmin:\n  client_identities: [ops]\n";
-  ClusterOptions o;
-  o.root_dir = dir + "/cluster";
-  o.tccd_bin = TCC_TCCD_BIN;
-  o.bank_bin = TCC_BANK_BIN;
-  o.accounts = 4;
-  o.tccd_args = {"--config", dir + "/tccd.yaml", "--admin-token-file",
-                 tokens,     "--console-listen", "127.0.0.1:0"};
-  BankCluster c(o);
+  BankCluster c(ConsoleCluster(
+      dir,
+      absl::StrCat("console:\n  tls:\n    mode: mtls\n    cert_file: ",
+                   pki->server().cert_file,
+                   "\n    key_file: ", pki->server().key_file,
+                   "\n    client_ca_file: ", pki->ca_file(),
+                   "\nconsole_listen: 127.0.0.1:0\n"
+                   "admin:\n  client_identities: [ops]\n"),
+      4));
   REQUIRE(c.Start().ok());
-  auto port_text =
-      c.tccd()->WaitForLine(R"(^console: https://127\.0\.0\.1:(\d+)/)", 10000);
-  REQUIRE(port_text.ok());
-  int port = 0;
-  REQUIRE(absl::SimpleAtoi(*port_text, &port));
+  const int port = ConsolePort(c, "https");
 
   // A listed certificate needs no login.
   CHECK(HttpsGet(port, pki->ca_file(), &*ops, "/api/status") == 200);

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "bank_cluster.h"
+#include "pg_env.h"
 #include "test_dirs.h"
 
 namespace {
@@ -26,18 +27,7 @@ namespace v1 = tcc::v1;
 using tcc::harness::BankCluster;
 using tcc::harness::ClusterOptions;
 
-std::string PostgresUrl() {
-  const char* file = std::getenv("TCC_PG_ENV_FILE");
-  REQUIRE(file != nullptr);
-  std::ifstream in(file);
-  std::string line;
-  const std::string prefix = "export TCC_PG_URL=";
-  while (std::getline(in, line)) {
-    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
-  }
-  FAIL("no TCC_PG_URL in " << file << " (did the postgres fixture start?)");
-  return "";
-}
+using tcc::testing::PostgresUrl;
 
 std::string TempDir(const std::string& name) {
   return tcc::harness::MakeTempDir("tccd-it-" + name);

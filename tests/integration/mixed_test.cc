@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "bank_cluster.h"
 #include "http_get.h"
+#include "pg_env.h"
 #include "test_dirs.h"
 
 namespace {
@@ -39,18 +40,7 @@ using tcc::harness::ClusterOptions;
 using tcc::harness::Process;
 using tcc::harness::ProcessOptions;
 
-std::string PostgresUrl() {
-  const char* file = std::getenv("TCC_PG_ENV_FILE");
-  REQUIRE(file != nullptr);
-  std::ifstream in(file);
-  std::string line;
-  const std::string prefix = "export TCC_PG_URL=";
-  while (std::getline(in, line)) {
-    if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
-  }
-  FAIL("no TCC_PG_URL in " << file << " (did the postgres fixture start?)");
-  return "";
-}
+using tcc::testing::PostgresUrl;
 
 // bank-a in C++ (gRPC, RocksDB), `python` in Python over `protocol`.
 ClusterOptions Mixed(const std::string& name, const std::string& python,

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -129,29 +130,6 @@ int HttpStatusOf(grpc::StatusCode code) {
       return 503;
     default:
       return 500;
-  }
-}
-
-const char* GrpcCodeName(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::UNAUTHENTICATED:
-      return "UNAUTHENTICATED";
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return "PERMISSION_DENIED";
-    case grpc::StatusCode::NOT_FOUND:
-      return "NOT_FOUND";
-    case grpc::StatusCode::INVALID_ARGUMENT:
-      return "INVALID_ARGUMENT";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
-      return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::FAILED_PRECONDITION:
-      return "FAILED_PRECONDITION";
-    default:
-      return "INTERNAL";
   }
 }
 
@@ -485,7 +463,9 @@ class ConsoleServer::Impl {
   static Response JsonError(const grpc::Status& s) {
     return Text(
         HttpStatusOf(s.error_code()),
-        absl::StrCat("{\"code\":\"", GrpcCodeName(s.error_code()),
+        absl::StrCat("{\"code\":\"",
+                     absl::StatusCodeToString(
+                         static_cast<absl::StatusCode>(s.error_code())),
                      "\",\"message\":\"", JsonEscape(s.error_message()), "\"}"),
         "application/json");
   }
