@@ -1406,5 +1406,65 @@ TEST_CASE(
   CHECK(absl::IsNotFound(h.log.Read("g2").status()));
 }
 
+TEST_CASE(
+    "cluster: a shard is driven only once adopted; dropped and adopted "
+    "again, its transactions resume with the higher epoch and finish",
+    "[driver]") {
+  auto calls_go = std::make_shared<std::atomic<bool>>(false);
+  DriverOptions o;
+  o.adopt_shards_at_start = false;
+  o.may_call = [calls_go](const std::string&) { return calls_go->load(); };
+  Harness h(2, o);
+  CHECK_FALSE(h.driver->OwnsShard(0));
+  CHECK(h.driver->owner_epoch(0) == 0);
+  Result early = h.Submit(h.Spec("g0", 2));
+  REQUIRE(h.Wait(early, 1000));
+  CHECK(absl::IsUnavailable(early->value().status()));
+  CHECK(absl::IsNotFound(h.log.Read("g0").status()));
+
+  absl::StatusOr<uint64_t> e1 = h.driver->AdoptShard(0);
+  REQUIRE(e1.ok());
+  CHECK(h.driver->OwnsShard(0));
+  CHECK(h.driver->owner_epoch(0) == *e1);
+  // Adopting a shard it owns changes nothing.
+  absl::StatusOr<uint64_t> again = h.driver->AdoptShard(0);
+  REQUIRE(again.ok());
+  CHECK(*again == *e1);
+  // No call may go: g1's first Trys fail, its Cancel is decided and waits.
+  Result r = h.Submit(h.Spec("g1", 2));
+  REQUIRE(h.Run([&] {
+    auto t = h.log.Read("g1");
+    return t.ok() && t->summary.state == TxnState::kCancelling;
+  }));
+  // A shard is adopted from what its log shows, which AdoptShard takes as
+  // durable (the etcd log shows only what etcd committed): here, once the
+  // memory log synced the decision.
+  REQUIRE(h.Run([&] {
+    return h.log.IsDurable("g1", [](const wal::Record& rec) {
+      return std::holds_alternative<wal::Decided>(rec);
+    });
+  }));
+  CHECK_FALSE(r->has_value());
+  h.driver->DropLogShard(0, absl::UnavailableError("handed over"));
+  REQUIRE(h.Wait(r, 1000));
+  CHECK(absl::IsUnavailable(r->value().status()));
+  CHECK_FALSE(h.driver->OwnsShard(0));
+  for (const auto& [name, p] : h.parts) CHECK(p->Records().empty());
+
+  calls_go->store(true);
+  absl::StatusOr<uint64_t> e2 = h.driver->AdoptShard(0);
+  REQUIRE(e2.ok());
+  CHECK(*e2 > *e1);
+  REQUIRE(h.Run([&] { return wal::IsFinal(h.StoredState("g1")); }));
+  CHECK(h.StoredState("g1") == TxnState::kCancelled);
+  // Each participant recorded g1's (empty) Cancel, sent under the new epoch.
+  for (const auto& [name, p] : h.parts) CHECK(p->Records().size() == 1);
+  h.CheckInvariants();
+  Result after = h.Submit(h.Spec("g2", 2));
+  REQUIRE(h.Wait(after));
+  REQUIRE(after->value().ok());
+  CHECK(after->value()->transaction.state == TxnState::kConfirmed);
+}
+
 }  // namespace
 }  // namespace tcc::runtime

@@ -48,6 +48,37 @@ AnswerDone FinishWith(grpc::ServerUnaryReactor* reactor, Fill fill) {
 
 }  // namespace
 
+template <typename Request, typename Response, typename Send>
+grpc::ServerUnaryReactor* CoordinatorService::MaybeRoute(
+    grpc::CallbackServerContext* ctx, std::string_view gid,
+    const Request* request, Response* response, Send send) {
+  CallRouter* router = options_.router;
+  // An invalid gid is refused here, by the admission rules.
+  if (router == nullptr || !identity::ValidateGid(gid).ok()) return nullptr;
+  const CallRouter::Route route = router->ForGid(gid);
+  if (route.kind == CallRouter::Route::Kind::kLocal) return nullptr;
+  if (route.kind == CallRouter::Route::Kind::kRefuse) {
+    return Refuse(ctx, route.refusal);
+  }
+  const auto& meta = ctx->client_metadata();
+  if (meta.find(kForwardedHeader) != meta.end()) {
+    return Refuse(ctx, absl::UnavailableError(absl::StrCat(
+                           "gid ", std::string(gid),
+                           ": forwarded to a node that no longer owns its "
+                           "shard (it moved); retry")));
+  }
+  auto* reactor = ctx->DefaultReactor();
+  auto client = std::make_shared<grpc::ClientContext>();
+  client->set_deadline(ctx->deadline());
+  client->AddMetadata(kForwardedHeader, "1");
+  send(route.stub, client.get(), request, response,
+       [reactor, client, router](grpc::Status status) {
+         router->Forwarded(status);
+         reactor->Finish(status);
+       });
+  return reactor;
+}
+
 CoordinatorService::CoordinatorService(CoordinatorBackend& backend,
                                        CoordinatorServiceOptions options)
     : backend_(backend), options_(std::move(options)) {}
@@ -64,6 +95,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Submit(
     grpc::CallbackServerContext* ctx, const tcc::v1::SubmitRequest* request,
     tcc::v1::SubmitResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
+  if (auto* routed = MaybeRoute(
+          ctx, request->gid(), request, response,
+          [](tcc::v1::Coordinator::Stub* stub, grpc::ClientContext* c,
+             const tcc::v1::SubmitRequest* q, tcc::v1::SubmitResponse* r,
+             std::function<void(grpc::Status)> f) {
+            stub->async()->Submit(c, q, r, std::move(f));
+          })) {
+    return routed;
+  }
   if (absl::Status s = CheckWaitFor(request->wait_for()); !s.ok()) {
     return Refuse(ctx, s);
   }
@@ -82,6 +122,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Begin(
     grpc::CallbackServerContext* ctx, const tcc::v1::BeginRequest* request,
     tcc::v1::BeginResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
+  if (auto* routed = MaybeRoute(
+          ctx, request->gid(), request, response,
+          [](tcc::v1::Coordinator::Stub* stub, grpc::ClientContext* c,
+             const tcc::v1::BeginRequest* q, tcc::v1::BeginResponse* r,
+             std::function<void(grpc::Status)> f) {
+            stub->async()->Begin(c, q, r, std::move(f));
+          })) {
+    return routed;
+  }
   auto* reactor = ctx->DefaultReactor();
   core::BeginSpec spec = FromProto(*request);
   spec.answer_within_ms = AnswerWithinMs(ctx, options_.now_ms);
@@ -97,6 +146,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Try(
     grpc::CallbackServerContext* ctx, const tcc::v1::TryRequest* request,
     tcc::v1::TryResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
+  if (auto* routed = MaybeRoute(
+          ctx, request->gid(), request, response,
+          [](tcc::v1::Coordinator::Stub* stub, grpc::ClientContext* c,
+             const tcc::v1::TryRequest* q, tcc::v1::TryResponse* r,
+             std::function<void(grpc::Status)> f) {
+            stub->async()->Try(c, q, r, std::move(f));
+          })) {
+    return routed;
+  }
   if (!request->has_branch()) {
     return Refuse(ctx, absl::InvalidArgumentError("branch is required"));
   }
@@ -120,6 +178,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Commit(
     grpc::CallbackServerContext* ctx, const tcc::v1::CommitRequest* request,
     tcc::v1::CommitResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
+  if (auto* routed = MaybeRoute(
+          ctx, request->gid(), request, response,
+          [](tcc::v1::Coordinator::Stub* stub, grpc::ClientContext* c,
+             const tcc::v1::CommitRequest* q, tcc::v1::CommitResponse* r,
+             std::function<void(grpc::Status)> f) {
+            stub->async()->Commit(c, q, r, std::move(f));
+          })) {
+    return routed;
+  }
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return Refuse(ctx, s);
   }
@@ -141,6 +208,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Rollback(
     grpc::CallbackServerContext* ctx, const tcc::v1::RollbackRequest* request,
     tcc::v1::RollbackResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
+  if (auto* routed = MaybeRoute(
+          ctx, request->gid(), request, response,
+          [](tcc::v1::Coordinator::Stub* stub, grpc::ClientContext* c,
+             const tcc::v1::RollbackRequest* q, tcc::v1::RollbackResponse* r,
+             std::function<void(grpc::Status)> f) {
+            stub->async()->Rollback(c, q, r, std::move(f));
+          })) {
+    return routed;
+  }
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return Refuse(ctx, s);
   }
@@ -159,6 +235,15 @@ grpc::ServerUnaryReactor* CoordinatorService::Get(
     grpc::CallbackServerContext* ctx, const tcc::v1::GetRequest* request,
     tcc::v1::GetResponse* response) {
   if (absl::Status s = CheckRate(ctx); !s.ok()) return Refuse(ctx, s);
+  if (auto* routed = MaybeRoute(
+          ctx, request->gid(), request, response,
+          [](tcc::v1::Coordinator::Stub* stub, grpc::ClientContext* c,
+             const tcc::v1::GetRequest* q, tcc::v1::GetResponse* r,
+             std::function<void(grpc::Status)> f) {
+            stub->async()->Get(c, q, r, std::move(f));
+          })) {
+    return routed;
+  }
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return Refuse(ctx, s);
   }

@@ -14,6 +14,7 @@
 #include <functional>
 #include <string>
 
+#include "rpc/call_router.h"
 #include "rpc/coordinator_backend.h"
 #include "rpc/rate_limiter.h"
 #include "tcc/v1/coordinator.grpc.pb.h"
@@ -28,6 +29,9 @@ struct CoordinatorServiceOptions {
   // Per-client rate limit (null or disabled: none); excess calls get
   // RESOURCE_EXHAUSTED and change nothing. Not owned.
   RateLimiter* rate_limiter = nullptr;
+  // Cluster mode: where each gid's calls are served (call_router.h). Null:
+  // here. Not owned.
+  CallRouter* router = nullptr;
 };
 
 // A Watch stream that ends at once with `status`.
@@ -73,6 +77,14 @@ class CoordinatorService final : public tcc::v1::Coordinator::CallbackService {
  private:
   [[nodiscard]] static absl::Status CheckWaitFor(int wait_for);
   [[nodiscard]] absl::Status CheckRate(grpc::CallbackServerContext* ctx);
+  // Cluster mode: a call for `gid` that this node does not serve is
+  // forwarded to its shard's owner or refused; the reactor that finishes it
+  // (null: serve it here).
+  template <typename Request, typename Response, typename Send>
+  grpc::ServerUnaryReactor* MaybeRoute(grpc::CallbackServerContext* ctx,
+                                       std::string_view gid,
+                                       const Request* request,
+                                       Response* response, Send send);
   grpc::ServerWriteReactor<tcc::v1::WatchEvent>* StartWatch(
       const tcc::v1::WatchRequest& request, std::atomic<uint32_t>& streams);
 

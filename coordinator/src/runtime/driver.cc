@@ -110,37 +110,66 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     for (const Shard& sh : shards_) {
       if (sh.exec == options_.scan_executor) may_wait = false;
     }
-    Recovery::Hooks rh;
-    rh.resume = [weak](std::shared_ptr<wal::TxnLog> t) {
-      if (auto self = weak.lock()) self->ResumeScanned(std::move(t));
-    };
-    // OnRecovered once, when every shard's scan ended.
-    auto scans_left =
-        std::make_shared<std::atomic<uint32_t>>(log_.shard_count());
-    auto found = std::make_shared<std::atomic<size_t>>(0);
-    rh.scanned = [weak, scans_left, found](size_t n) {
-      const size_t total = found->fetch_add(n) + n;
-      if (scans_left->fetch_sub(1) != 1) return;
-      if (auto self = weak.lock()) self->observer_->OnRecovered(total);
-    };
-    rh.failed = [weak](const absl::Status& st) {
-      if (auto self = weak.lock()) self->observer_->OnFatal(st);
-    };
+    may_wait_ = may_wait;
     // One scan per shard of the log (DESIGN.md section 14: a cluster node
     // scans each shard it takes), sharing the window between them.
     const uint32_t log_shards = log_.shard_count();
-    const size_t window = std::max<size_t>(
+    window_ = std::max<size_t>(
         1, (options_.recovery_window + log_shards - 1) / log_shards);
+    log_shards_ = std::make_unique<LogShardSlot[]>(log_shards);
+    // The recoveries Start runs; OnRecovered once, when every one ended.
+    auto scans_left = std::make_shared<std::atomic<uint32_t>>(log_shards);
+    auto found = std::make_shared<std::atomic<size_t>>(0);
     for (uint32_t k = 0; k < log_shards; ++k) {
-      recoveries_.push_back(std::make_unique<Recovery>(
-          log_, RecoveryOptions{window, may_wait, k}, budget_, rh));
+      Recovery* r = MakeRecovery(k, [weak, scans_left, found](size_t n) {
+        const size_t total = found->fetch_add(n) + n;
+        if (scans_left->fetch_sub(1) != 1) return;
+        if (auto self = weak.lock()) self->observer_->OnRecovered(total);
+      });
+      log_shards_[k].recovery = r;
+      // A local log's shards are this process's from the start (Start
+      // takes their epochs); a cluster node's once it adopts them.
+      log_shards_[k].owned = options_.adopt_shards_at_start;
     }
-    epochs_ = std::make_unique<std::atomic<uint64_t>[]>(log_shards);
-    lost_log_shards_ = std::make_unique<std::atomic<bool>[]>(log_shards);
+  }
+
+  // A new recovery of log shard k; `scanned` hears when its scan ended. It
+  // lives as long as the driver (owners may hold a place of it).
+  Recovery* MakeRecovery(uint32_t k, std::function<void(size_t)> scanned) {
+    std::weak_ptr<Impl> weak = weak_from_this();
+    auto cell = std::make_shared<std::atomic<Recovery*>>(nullptr);
+    Recovery::Hooks rh;
+    rh.resume = [weak, cell](std::shared_ptr<wal::TxnLog> t) {
+      if (auto self = weak.lock()) self->ResumeScanned(*cell, std::move(t));
+    };
+    rh.scanned = std::move(scanned);
+    rh.failed = [weak, k](const absl::Status& st) {
+      auto self = weak.lock();
+      if (!self) return;
+      if (self->options_.adopt_shards_at_start) {
+        self->observer_->OnFatal(st);
+        return;
+      }
+      // A cluster node's scan of a shard it took (etcd unreachable, say):
+      // the shard goes, to be taken again (by whichever node), scanned anew.
+      self->DropLogShard(k, st);
+      self->observer_->OnShardScanFailed(k, st);
+    };
+    auto r = std::make_unique<Recovery>(
+        log_, RecoveryOptions{window_, may_wait_, k}, budget_, std::move(rh));
+    Recovery* raw = r.get();
+    *cell = raw;
+    std::lock_guard<std::mutex> lock(recoveries_mu_);
+    recoveries_.push_back(std::move(r));
+    return raw;
   }
 
   struct Owner {
     core::Txn txn;
+    // The owner epoch of its log shard when it was made: a drop of the shard
+    // at that epoch takes it (not one made after the shard was adopted
+    // again).
+    uint64_t epoch = 0;
     std::unordered_map<RequestId, ReplyDone> callers;
     std::unordered_map<uint32_t, TimerId> retry_timers;
     std::vector<TimerId> deadline_timers;
@@ -184,23 +213,62 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   };
 
   absl::Status Start() {
-    for (uint32_t k = 0; k < recoveries_.size(); ++k) {
+    if (!options_.adopt_shards_at_start) return absl::OkStatus();
+    const uint32_t log_shards = log_.shard_count();
+    for (uint32_t k = 0; k < log_shards; ++k) {
       auto epoch = log_.TakeOwnerEpoch(k);
       if (!epoch.ok()) return epoch.status();
-      epochs_[k] = *epoch;
+      log_shards_[k].epoch = *epoch;
     }
     // From now on (requests may come before the scan starts) Load notes
     // what it reads, for the queued resumptions to skip.
-    for (auto& r : recoveries_) r->Begin();
+    std::vector<Recovery*> scans;
+    for (uint32_t k = 0; k < log_shards; ++k) {
+      scans.push_back(log_shards_[k].recovery.load());
+      scans.back()->Begin();
+    }
     std::weak_ptr<Impl> weak = weak_from_this();
-    Executor* scan = options_.scan_executor != nullptr ? options_.scan_executor
-                                                       : shards_[0].exec;
-    scan->Post([weak] {
+    ScanExecutor()->Post([weak, scans] {
       auto self = weak.lock();
       if (!self) return;
-      for (auto& r : self->recoveries_) r->Scan();
+      for (Recovery* r : scans) r->Scan();
     });
     return absl::OkStatus();
+  }
+
+  Executor* ScanExecutor() const {
+    return options_.scan_executor != nullptr ? options_.scan_executor
+                                             : shards_[0].exec;
+  }
+
+  // Cluster mode: takes log shard k (a new owner epoch: the log's
+  // campaign) and resumes its unfinished transactions while serving.
+  absl::StatusOr<uint64_t> AdoptShard(uint32_t k) {
+    if (k >= log_.shard_count()) {
+      return absl::InvalidArgumentError(absl::StrCat("no shard ", k));
+    }
+    std::lock_guard<std::mutex> adopting(adopt_mu_);
+    LogShardSlot& slot = log_shards_[k];
+    if (slot.owned.load()) return slot.epoch.load();
+    absl::StatusOr<uint64_t> epoch = log_.TakeOwnerEpoch(k);
+    if (!epoch.ok()) return epoch.status();
+    const uint64_t e = *epoch;
+    std::weak_ptr<Impl> weak = weak_from_this();
+    Recovery* r = MakeRecovery(k, [weak, k, e](size_t n) {
+      if (auto self = weak.lock()) self->observer_->OnShardRecovered(k, e, n);
+    });
+    r->Begin();
+    slot.recovery = r;
+    slot.epoch = e;
+    slot.owned = true;
+    ScanExecutor()->Post([weak, r] {
+      if (auto self = weak.lock()) r->Scan();
+    });
+    return e;
+  }
+
+  bool OwnsShard(uint32_t k) const {
+    return k < log_.shard_count() && log_shards_[k].owned.load();
   }
 
   // Runs `fn` on gid's shard if the driver is still alive. `here`: the
@@ -325,15 +393,17 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   void StopRecovery() {
+    std::lock_guard<std::mutex> lock(recoveries_mu_);
     for (auto& r : recoveries_) r->Stop();
   }
 
   // The owner epoch of gid's shard of the log.
   uint64_t EpochOf(const std::string& gid) const {
-    return epochs_[log_.ShardOf(gid)].load();
+    return log_shards_[log_.ShardOf(gid)].epoch.load();
   }
   uint64_t epoch(uint32_t log_shard) const {
-    return log_shard < recoveries_.size() ? epochs_[log_shard].load() : 0;
+    return log_shard < log_.shard_count() ? log_shards_[log_shard].epoch.load()
+                                          : 0;
   }
   bool halted() const { return halted_; }
   int64_t stuck() const { return stuck_.load(); }
@@ -348,8 +418,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   }
 
  private:
+  // Whether gid's shard of the log is not this driver's to drive (never
+  // adopted, lost, or handed over).
   bool LogShardLost(const std::string& gid) const {
-    return lost_log_shards_[log_.ShardOf(gid)].load();
+    return !log_shards_[log_.ShardOf(gid)].owned.load();
   }
 
  public:
@@ -357,20 +429,29 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // their waiting callers answered UNAVAILABLE, nothing more is sent or
   // written for them, and requests for its gids are UNAVAILABLE.
   void DropLogShard(uint32_t k, const absl::Status& why) {
-    if (k >= recoveries_.size() || lost_log_shards_[k].exchange(true)) return;
+    if (k >= log_.shard_count()) return;
+    LogShardSlot& slot = log_shards_[k];
+    if (!slot.owned.exchange(false)) return;
+    const uint64_t epoch = slot.epoch.load();
+    // Its scan, if still going, ends (what it queued is skipped: the shard
+    // is not owned).
+    slot.recovery.load()->Stop();
     std::weak_ptr<Impl> weak = weak_from_this();
     for (size_t s = 0; s < shards_.size(); ++s) {
-      shards_[s].exec->Post([weak, s, k, why] {
-        if (auto self = weak.lock()) self->DropOwnersOf(s, k, why);
+      shards_[s].exec->Post([weak, s, k, epoch, why] {
+        if (auto self = weak.lock()) self->DropOwnersOf(s, k, epoch, why);
       });
     }
   }
 
  private:
-  void DropOwnersOf(size_t s, uint32_t k, const absl::Status& why) {
+  // Drops the owners of log shard k made under `epoch` or before (one the
+  // shard was adopted again for since is not touched).
+  void DropOwnersOf(size_t s, uint32_t k, uint64_t epoch,
+                    const absl::Status& why) {
     auto& owners = shards_[s].owners;
     for (auto it = owners.begin(); it != owners.end();) {
-      if (log_.ShardOf(it->first) != k) {
+      if (log_.ShardOf(it->first) != k || it->second->epoch > epoch) {
         ++it;
         continue;
       }
@@ -391,8 +472,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
+  // The current recovery of gid's shard of the log.
   Recovery& RecoveryOf(const std::string& gid) {
-    return *recoveries_[log_.ShardOf(gid)];
+    return *log_shards_[log_.ShardOf(gid)].recovery.load();
   }
 
   size_t ShardOf(const std::string& gid) const {
@@ -447,6 +529,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   absl::StatusOr<Owner*> Adopt(size_t s, wal::TxnLog txn_log) {
     const std::string gid = txn_log.summary.gid;
     auto owner = std::make_unique<Owner>();
+    owner->epoch = EpochOf(gid);
     for (const auto& rec : txn_log.records) {
       core::StepResult r = core::Step(owner->txn, core::ReplayEvent{&rec},
                                       clock_.WallMs(), options_.core);
@@ -472,14 +555,16 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
 
   // One transaction the recovery scan found, resumed on its shard while it
   // holds a place of the recovery window.
-  void ResumeScanned(std::shared_ptr<wal::TxnLog> scanned) {
+  void ResumeScanned(Recovery* from, std::shared_ptr<wal::TxnLog> scanned) {
     std::string gid = scanned->summary.gid;
-    OnShard(gid, [gid, scanned](Impl& self, size_t s) {
+    OnShard(gid, [gid, scanned, from](Impl& self, size_t s) {
       // Loaded from the WAL by a request since the scan: its owner (or, if
       // it finished and went, the WAL) is newer than the scanned records.
-      Recovery& recovery = self.RecoveryOf(gid);
+      // A scan of an adoption since lost is moot too.
+      Recovery& recovery = *from;
       const bool moot = recovery.Moot(gid);
-      if (moot || self.Find(s, gid) != nullptr || self.LogShardLost(gid)) {
+      if (moot || self.Find(s, gid) != nullptr || self.LogShardLost(gid) ||
+          &self.RecoveryOf(gid) != from) {
         recovery.ReleasePlace();
         return;
       }
@@ -594,6 +679,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         return done(absl::NotFoundError(absl::StrCat("no transaction ", gid)));
       }
       auto fresh = std::make_unique<Owner>();
+      fresh->epoch = EpochOf(gid);
       owner = fresh.get();
       shards_[s].owners[gid] = std::move(fresh);
     }
@@ -1067,17 +1153,26 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // Shared with WAL completions, which may run after the driver went.
   std::shared_ptr<MemoryBudget> budget_;
   std::unique_ptr<ParticipantCalls> calls_;  // made by Init
-  // One per shard of the log (made by Init).
+  // Every recovery made (Init's, one per shard of the log, then one per
+  // adoption): owners may hold a place of any.
+  std::mutex recoveries_mu_;
   std::vector<std::unique_ptr<Recovery>> recoveries_;
-  Ewma shard_wait_;   // a request's wait for its shard
-  Ewma wal_durable_;  // a durable append's wait for the WAL
+  size_t window_ = 1;  // each recovery's share of options_.recovery_window
+  bool may_wait_ = false;
+  // Each shard of the log: whether it is this driver's to drive, its owner
+  // epoch, and its current recovery (made by Init).
+  struct LogShardSlot {
+    std::atomic<bool> owned{false};
+    std::atomic<uint64_t> epoch{0};
+    std::atomic<Recovery*> recovery{nullptr};
+  };
+  std::unique_ptr<LogShardSlot[]> log_shards_;
+  std::mutex adopt_mu_;  // one AdoptShard at a time
+  Ewma shard_wait_;      // a request's wait for its shard
+  Ewma wal_durable_;     // a durable append's wait for the WAL
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
   std::vector<Shard> shards_;
-  // The owner epoch of each shard of the log (made by Init, set by Start).
-  std::unique_ptr<std::atomic<uint64_t>[]> epochs_;
-  // Shards of the log it lost (DropLogShard); never cleared in this part.
-  std::unique_ptr<std::atomic<bool>[]> lost_log_shards_;
   std::atomic<bool> halted_{false};
   std::atomic<int64_t> stuck_{0};  // the owners' Owner::stuck, summed
   std::mutex doubt_mu_;
@@ -1102,6 +1197,14 @@ void Driver::DropLogShard(uint32_t log_shard, const absl::Status& why) {
 }
 
 absl::Status Driver::Start() { return impl_->Start(); }
+
+absl::StatusOr<uint64_t> Driver::AdoptShard(uint32_t log_shard) {
+  return impl_->AdoptShard(log_shard);
+}
+
+bool Driver::OwnsShard(uint32_t log_shard) const {
+  return impl_->OwnsShard(log_shard);
+}
 
 // Each `make` below runs once (HandleRequest), so it gives its request away
 // instead of copying the payloads.

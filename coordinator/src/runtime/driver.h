@@ -27,9 +27,9 @@
 // - Recovery: Start() takes a new owner epoch for each shard of the WAL and
 //   resumes every unfinished transaction (Log::ScanUnfinished, one
 //   Recovery per shard, the window split between them) while requests are
-//   served. A
-//   request for a gid not in memory loads it from the WAL first (and resumes
-//   it if unfinished).
+//   served; a cluster node instead adopts shards one by one (AdoptShard),
+//   each resumed the same way with its new epoch. A request for a gid not in
+//   memory loads it from the WAL first (and resumes it if unfinished).
 // - Finished transactions with nobody waiting leave memory; Get reads them
 //   back from the WAL.
 //
@@ -86,7 +86,16 @@ class DriverObserver {
   // each one).
   virtual void OnEffect(const std::string& /*gid*/,
                         const core::Effect& /*effect*/) {}
+  // Start's recovery scans (every shard of a local log) ended, finding
+  // `resumed` unfinished transactions.
   virtual void OnRecovered(size_t /*resumed*/) {}
+  // Cluster mode: the scan of a shard adopted at `epoch` (AdoptShard) ended,
+  // finding `resumed`; or it failed, and the shard was dropped (to be taken
+  // again and scanned anew).
+  virtual void OnShardRecovered(uint32_t /*log_shard*/, uint64_t /*epoch*/,
+                                size_t /*resumed*/) {}
+  virtual void OnShardScanFailed(uint32_t /*log_shard*/,
+                                 const absl::Status& /*why*/) {}
   // The driver met state it cannot drive: the recovery scan failed (then
   // OnRecovered is not called), or a transaction's records do not replay
   // (DATA_LOSS). Unfinished transactions may be left undriven, so a daemon
@@ -148,6 +157,10 @@ struct DriverOptions {
   // circuit breaker); any other call counts as an unknown outcome and is
   // retried. Unset: always.
   std::function<bool(const std::string& gid)> may_call;
+  // Whether Start takes every shard of the log (a local log: its one
+  // shard). Off (cluster mode), no shard is driven until AdoptShard takes
+  // it: requests for its gids are UNAVAILABLE until then.
+  bool adopt_shards_at_start = true;
 };
 
 class Driver {
@@ -195,10 +208,23 @@ class Driver {
   // Admin: re-sends now what waits for a backoff timer (every branch, or one).
   void RetryNow(std::string gid, std::string branch_id, ReplyDone done);
 
-  // The log lost a shard (wal::ShardLostFn; DESIGN.md section 14): that
-  // shard's owners go at once, their waiting callers answered UNAVAILABLE,
-  // and nothing more is sent or written for them; requests for its gids
-  // are UNAVAILABLE from then on.
+  // Cluster mode (DESIGN.md section 14, "Taking a shard"): takes a new owner
+  // epoch for `log_shard` (the log's campaign; blocks for it: call it off
+  // the executors) and resumes its unfinished transactions with it, as
+  // Start does after a restart, while requests are served. The epoch it
+  // owns the shard with (the current one if it owns it already). It takes
+  // what the log shows of the shard as durable, which the etcd log's reads
+  // are (they show only what etcd committed); a local log's shard is taken
+  // by Start alone.
+  [[nodiscard]] absl::StatusOr<uint64_t> AdoptShard(uint32_t log_shard);
+  // Whether the driver drives `log_shard` now (adopted or started, and not
+  // dropped since).
+  bool OwnsShard(uint32_t log_shard) const;
+
+  // The log lost a shard (wal::ShardLostFn; DESIGN.md section 14), or this
+  // node hands it over: that shard's owners go at once, their waiting
+  // callers answered UNAVAILABLE, and nothing more is sent or written for
+  // them; requests for its gids are UNAVAILABLE until it is adopted again.
   void DropLogShard(uint32_t log_shard, const absl::Status& why);
 
   // Ends the recovery scan early (one waiting for room in its queue gives

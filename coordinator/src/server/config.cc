@@ -483,6 +483,15 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
                 1LL << 31);
       e.RejectUnknown();
     }
+    {
+      MapReader e(r.Child("peers"), r.Key("peers"), &error);
+      e.Bool("tls", &cl.peers.tls);
+      e.String("ca_file", &cl.peers.ca_file);
+      e.String("cert_file", &cl.peers.cert_file);
+      e.String("key_file", &cl.peers.key_file);
+      e.String("server_name", &cl.peers.server_name);
+      e.RejectUnknown();
+    }
     r.RejectUnknown();
   }
   top.RejectUnknown();
@@ -557,6 +566,21 @@ absl::Status ValidateClusterConfig(const ClusterConfig& cl) {
   if (cl.etcd.user.empty() == has_password) {
     return bad(cl.etcd.user.empty() ? "etcd.user" : "etcd.password",
                "user and password go together");
+  }
+  if (!cl.peers.tls &&
+      (!cl.peers.ca_file.empty() || !cl.peers.cert_file.empty() ||
+       !cl.peers.key_file.empty() || !cl.peers.server_name.empty())) {
+    return bad("peers.tls", "TLS settings are set but tls is false");
+  }
+  if (cl.peers.cert_file.empty() != cl.peers.key_file.empty()) {
+    return bad(
+        cl.peers.cert_file.empty() ? "peers.cert_file" : "peers.key_file",
+        "cert_file and key_file go together");
+  }
+  if (!cl.peers.tls && !IsLoopbackAddress(cl.advertise_address)) {
+    return bad("peers.tls",
+               "nodes forward calls to each other: plaintext only on "
+               "loopback (cluster.advertise_address is not)");
   }
   if (cl.key_prefix.empty() || cl.key_prefix.back() != '/') {
     return bad("key_prefix", "must end with '/'");

@@ -173,11 +173,25 @@ struct ClusterEtcdConfig {
   uint64_t max_request_bytes = 4 << 20;
 };
 
+// How a node dials the others to forward calls (DESIGN.md section 14,
+// "Routing"). tls off: plaintext, allowed only when every listen address
+// is loopback (as for the listeners). On: the nodes' certificates must
+// chain to ca_file and name server_name (empty: the advertised host); with
+// cert_file and key_file the node presents its own (for nodes in mtls mode).
+struct ClusterPeersConfig {
+  bool tls = false;
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  std::string server_name;
+};
+
 struct ClusterConfig {
   bool enabled = false;
   std::string node_id;            // unique per node; [A-Za-z0-9._:-]
   std::string advertise_address;  // host:port other nodes and clients dial
   ClusterEtcdConfig etcd;
+  ClusterPeersConfig peers;
   std::string key_prefix = "/tccd/";  // ends with '/'
   // Used only when the cluster is created (--init-cluster); a different
   // value at start is refused, naming the key.

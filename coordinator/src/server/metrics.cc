@@ -297,6 +297,56 @@ void CoordinatorMetrics::Alert(const std::string& kind) {
   alerts_.Add({{"kind", kind}}).Increment();
 }
 
+void CoordinatorMetrics::ExportCluster() {
+  std::call_once(cluster_once_, [this] {
+    cluster_shards_ = &BuildGauge()
+                           .Name("tccd_cluster_shards")
+                           .Help(
+                               "Cluster mode: shards this node drives "
+                               "(state=owned_here) and shards without an "
+                               "owner (state=unowned), as this node last "
+                               "read the membership")
+                           .Register(*registry_);
+    shard_changes_ = &BuildCounter()
+                          .Name("tccd_cluster_shard_changes_total")
+                          .Help(
+                              "Cluster mode: shards this node took "
+                              "(kind=takeover), handed over to their "
+                              "assigned node (handover) or lost (lost: a "
+                              "refused fence or a lost lease)")
+                          .Register(*registry_);
+    forwarded_ = &BuildCounter()
+                      .Name("tccd_cluster_forwarded_calls_total")
+                      .Help(
+                          "Cluster mode: Coordinator calls forwarded to "
+                          "their shard's owner, by outcome (ok or the "
+                          "gRPC code)")
+                      .Register(*registry_);
+    for (const char* kind : {"takeover", "handover", "lost"}) {
+      shard_changes_->Add({{"kind", kind}});
+    }
+    forwarded_->Add({{"outcome", "ok"}});
+  });
+}
+
+void CoordinatorMetrics::SetClusterShards(int64_t owned_here, int64_t unowned) {
+  ExportCluster();
+  cluster_shards_->Add({{"state", "owned_here"}})
+      .Set(static_cast<double>(owned_here));
+  cluster_shards_->Add({{"state", "unowned"}})
+      .Set(static_cast<double>(unowned));
+}
+
+void CoordinatorMetrics::ShardChange(const std::string& kind) {
+  ExportCluster();
+  OneLabel(shard_changes_cache_, *shard_changes_, "kind", kind).Increment();
+}
+
+void CoordinatorMetrics::Forwarded(const std::string& outcome) {
+  ExportCluster();
+  OneLabel(forwarded_cache_, *forwarded_, "outcome", outcome).Increment();
+}
+
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     const std::string& address,
     std::shared_ptr<prometheus::Registry> registry) {

@@ -97,8 +97,19 @@ class CoordinatorMetrics {
   // The configured participants' series, from the start (breakers closed).
   void ExportParticipants(const std::vector<std::string>& participants);
   void Alert(const std::string& kind);
+  // Cluster mode (only then exported): the shards this node drives and
+  // those without an owner, as it last read the membership.
+  void SetClusterShards(int64_t owned_here, int64_t unowned);
+  // A shard changed hands at this node: kind takeover (it took a shard),
+  // handover (it gave one to its assigned node), lost (its fence was
+  // refused, or its lease is gone).
+  void ShardChange(const std::string& kind);
+  // A Coordinator call forwarded to its shard's owner ended: outcome ok,
+  // or the gRPC code's name.
+  void Forwarded(const std::string& outcome);
 
  private:
+  void ExportCluster();  // made on first use, so a local tccd has none
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& txns_;
   prometheus::Family<prometheus::Histogram>& txn_duration_;
@@ -123,10 +134,15 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& recovery_;
   prometheus::Family<prometheus::Gauge>& breaker_;
   prometheus::Family<prometheus::Counter>& alerts_;
+  std::once_flag cluster_once_;
+  prometheus::Family<prometheus::Gauge>* cluster_shards_ = nullptr;
+  prometheus::Family<prometheus::Counter>* shard_changes_ = nullptr;
+  prometheus::Family<prometheus::Counter>* forwarded_ = nullptr;
   prometheus::Histogram* wal_sync_series_;  // of wal_sync_, made once
   prometheus::Histogram* wal_group_series_;
   SeriesCache<prometheus::Counter> txns_cache_, branch_calls_cache_,
-      retries_cache_, unknown_cache_, unknown_resolved_cache_, lookups_cache_;
+      retries_cache_, unknown_cache_, unknown_resolved_cache_, lookups_cache_,
+      shard_changes_cache_, forwarded_cache_;
   SeriesCache<prometheus::Histogram> txn_duration_cache_, branch_latency_cache_,
       unknown_age_cache_;
 };

@@ -17,6 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cluster/forwarding_router.h"
+#include "cluster/shard_manager.h"
 #include "console/console_server.h"
 #include "rpc/admin_auth.h"
 #include "rpc/admin_service.h"
@@ -35,6 +37,7 @@
 #include "server/tls.h"
 #include "tcc/etcd/client.h"
 #include "tcc/rocksdb_env/owner_only_files.h"
+#include "tcc/tls/credentials.h"
 #include "tcc/wal/etcd_log.h"
 #include "tcc/wal/etcd_node.h"
 #include "tcc/wal/rocksdb_log.h"
@@ -76,6 +79,11 @@ class Server::Impl {
   std::unique_ptr<InstrumentedTransport> instrumented_;
   std::unique_ptr<DriverBackend> backend_;
   std::unique_ptr<runtime::Driver> driver_;
+  // Cluster mode: which shards this node drives, and where calls for the
+  // others go.
+  std::unique_ptr<cluster::ShardObserver> shard_observer_;
+  std::unique_ptr<cluster::ShardManager> shard_manager_;
+  std::unique_ptr<cluster::ForwardingRouter> call_router_;
   std::unique_ptr<rpc::CoordinatorService> coordinator_service_;
   std::unique_ptr<rpc::AdminAuth> admin_auth_;
   std::unique_ptr<rpc::RateLimiter> rate_limiter_;
@@ -90,6 +98,9 @@ class Server::Impl {
 
  private:
   absl::Status OpenClusterLog(const Config& config);
+  // Cluster mode, once the driver runs: the shard manager (taking this
+  // node's shards before it serves) and the router.
+  absl::Status StartShardManager(const Config& config);
   void ScheduleRetention();
   void ScheduleWalStats();
   void WalStats();
@@ -199,6 +210,36 @@ runtime::DriverOptions DriverOptionsFrom(const Config& c) {
   };
   return o;
 }
+
+// Log lines of every ownership change (shard and epoch) and their metrics.
+class ClusterLogObserver final : public cluster::ShardObserver {
+ public:
+  explicit ClusterLogObserver(CoordinatorMetrics* metrics)
+      : metrics_(metrics) {}
+  void OnTook(uint32_t shard, uint64_t epoch, const std::string& from,
+              int64_t unowned_ms) override {
+    spdlog::info(
+        "cluster: took shard {} at epoch {} (last owner: {}; unowned for {} "
+        "ms); resuming its unfinished transactions",
+        shard, epoch, from.empty() ? "none seen" : from, unowned_ms);
+    metrics_->ShardChange("takeover");
+  }
+  void OnHandedOver(uint32_t shard, uint64_t epoch,
+                    const std::string& to) override {
+    spdlog::info("cluster: handed shard {} (epoch {}) over to {}", shard, epoch,
+                 to);
+    metrics_->ShardChange("handover");
+  }
+  void OnCampaignFailed(uint32_t shard, const absl::Status& why) override {
+    spdlog::debug("cluster: shard {}: {}", shard, why.ToString());
+  }
+  void OnReadFailed(const absl::Status& why) override {
+    spdlog::warn("cluster: reading the membership: {}", why.ToString());
+  }
+
+ private:
+  CoordinatorMetrics* metrics_;
+};
 
 }  // namespace
 
@@ -381,6 +422,8 @@ absl::Status Server::Impl::Start(const Config& config,
     driver_options.may_call = [node](const std::string&) {
       return node->Trusted();
     };
+    // The shard manager adopts shards one by one.
+    driver_options.adopt_shards_at_start = false;
   }
   driver_ =
       std::make_unique<runtime::Driver>(driver_options, shard_ptrs, *clock_,
@@ -400,6 +443,9 @@ absl::Status Server::Impl::Start(const Config& config,
     }
     return s;
   }
+  if (etcd_log_ != nullptr) {
+    if (absl::Status s = StartShardManager(config); !s.ok()) return s;
+  }
 
   rpc::CoordinatorServiceOptions svc;
   svc.now_ms = [this] { return clock_->WallMs(); };
@@ -409,6 +455,7 @@ absl::Status Server::Impl::Start(const Config& config,
       config.limits.client_requests_per_s, config.limits.client_burst,
       [this] { return clock_->MonotonicMs(); });
   svc.rate_limiter = rate_limiter_.get();
+  svc.router = call_router_.get();
   coordinator_service_ =
       std::make_unique<rpc::CoordinatorService>(*backend_, svc);
   rpc::AdminServiceOptions admin_options;
@@ -508,6 +555,16 @@ void Server::Impl::WalStats() {
   const int64_t memory = driver_->memory_bytes();
   metrics_->SetMemoryBytes(memory);
   ReturnFreedMemory(memory);
+  if (shard_manager_ != nullptr) {
+    int64_t owned = 0, unowned = 0;
+    for (uint32_t k = 0; k < etcd_log_->shard_count(); ++k) {
+      if (driver_->OwnsShard(k)) ++owned;
+    }
+    if (auto m = shard_manager_->membership()) {
+      for (const auto& o : m->owners) unowned += o.has_value() ? 0 : 1;
+    }
+    metrics_->SetClusterShards(owned, unowned);
+  }
   ScheduleWalStats();
 }
 
@@ -613,9 +670,9 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config) {
   lo.min_dedup_window_ms = cl.min_dedup_window_ms;
   lo.max_txn_ops = cl.etcd.max_txn_ops;
   lo.max_request_bytes = cl.etcd.max_request_bytes;
-  // A shard still owned by a node that stopped is taken once its lease
-  // expired (the TTL, an etcd election, the takeover margin).
-  lo.campaign_wait_ms = cl.lease_ttl_ms + cl.takeover_margin_ms + 1000;
+  // The shard manager campaigns again on its next round: a campaign for a
+  // shard another node owns answers at once.
+  lo.campaign_wait_ms = 0;
   absl::StatusOr<std::unique_ptr<wal::EtcdLog>> log = wal::EtcdLog::Open(lo);
   if (!log.ok()) return log.status();
   etcd_log_ = log->get();
@@ -623,10 +680,73 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config) {
       [this](uint32_t shard, const absl::Status& why) {
         spdlog::error("cluster: shard {} lost: {}", shard, why.ToString());
         DropShard(shard, why);
+        metrics_->ShardChange("lost");
+        if (shard_manager_ != nullptr) shard_manager_->Poke();
       });
   log_ = *std::move(log);
   spdlog::info("cluster: node {} joined (lease {}), {} shards under '{}'",
                cl.node_id, node_->lease_id(), cluster->shards, cl.key_prefix);
+  return absl::OkStatus();
+}
+
+absl::Status Server::Impl::StartShardManager(const Config& config) {
+  const ClusterConfig& cl = config.cluster;
+  const uint32_t shards = etcd_log_->shard_count();
+  runtime::Driver* driver = driver_.get();
+  wal::EtcdLog* log = etcd_log_;
+  wal::NodeRegistration* node = node_.get();
+  cluster::ShardManagerOptions mo;
+  mo.client = etcd_client_.get();
+  mo.key_prefix = cl.key_prefix;
+  mo.node_id = cl.node_id;
+  mo.shards = shards;
+  mo.takeover_margin_ms = cl.takeover_margin_ms;
+  mo.reread_ms = std::min<int64_t>(1000, cl.lease_ttl_ms);
+  mo.now_ms = [this] { return clock_->MonotonicMs(); };
+  cluster::ShardActions actions;
+  actions.lease_id = [node] { return node->lease_id(); };
+  actions.trusted = [node] { return node->Trusted(); };
+  actions.drives = [driver](uint32_t k) { return driver->OwnsShard(k); };
+  actions.adopt = [driver](uint32_t k) { return driver->AdoptShard(k); };
+  actions.drop = [driver](uint32_t k, const absl::Status& why) {
+    driver->DropLogShard(k, why);
+  };
+  actions.release = [log](uint32_t k) { return log->ReleaseShard(k); };
+  shard_observer_ = std::make_unique<ClusterLogObserver>(metrics_.get());
+  shard_manager_ = std::make_unique<cluster::ShardManager>(
+      mo, std::move(actions), shard_observer_.get());
+  // The shards assigned to this node are taken before it serves (all of
+  // them for the first node; the others hand theirs over in a moment).
+  if (absl::Status s = shard_manager_->RunOnce(); !s.ok()) {
+    return absl::Status(
+        s.code(),
+        absl::StrCat("cluster: reading the membership: ", s.message()));
+  }
+  cluster::ForwardingRouterOptions ro;
+  ro.node_id = cl.node_id;
+  ro.shards = shards;
+  ro.drives = [driver](uint32_t k) { return driver->OwnsShard(k); };
+  cluster::ShardManager* manager = shard_manager_.get();
+  ro.membership = [manager] { return manager->membership(); };
+  if (cl.peers.tls) {
+    tls::ChannelTlsFiles files;
+    files.ca_file = cl.peers.ca_file;
+    files.cert_file = cl.peers.cert_file;
+    files.key_file = cl.peers.key_file;
+    auto creds = tls::ChannelCredentials(files, "cluster.peers.");
+    if (!creds.ok()) return creds.status();
+    ro.peer_credentials = *std::move(creds);
+    ro.peer_server_name = cl.peers.server_name;
+  }
+  CoordinatorMetrics* metrics = metrics_.get();
+  ro.on_forwarded = [metrics](const grpc::Status& st) {
+    metrics->Forwarded(
+        st.ok() ? "ok"
+                : absl::StatusCodeToString(
+                      static_cast<absl::StatusCode>(st.error_code())));
+  };
+  call_router_ = std::make_unique<cluster::ForwardingRouter>(std::move(ro));
+  shard_manager_->Start();
   return absl::OkStatus();
 }
 
@@ -665,6 +785,9 @@ absl::Status Server::Impl::Stop() {
   if (grpc_server_) grpc_server_->Shutdown(deadline);
   if (admin_server_) admin_server_->Shutdown(deadline);
   if (backend_) backend_->Shutdown();  // anything that slipped in meanwhile
+  // No shard is taken or given from now on (the lease's revocation below
+  // frees this node's shards for the others at once).
+  if (shard_manager_) shard_manager_->Stop();
   // Join the threads before the driver goes, so no task runs into it; keep
   // the io_context itself until the WAL's writer (which may still post
   // completions) is gone.

@@ -7,7 +7,10 @@
 //   P cluster                  the cluster record (etcd_codec.h): etcd's
 //                              cluster_id, the shard count, the revision it
 //                              was created at. Written once (--init-cluster)
-//   P nodes/<node_id>          a live node, under its lease
+//   P nodes/<node_id>          a live node, under its lease; the value is
+//                              its address
+//   P drain/<node_id>          the node is being drained (tccctl drain),
+//                              under that node's lease; empty
 //   P shards/<k>/owner         the shard's owner (node id, address), under
 //                              its lease; created only if absent and never
 //                              written again; its create_revision is the
@@ -66,6 +69,12 @@ class Layout {
   std::string Node(std::string_view id) const {
     return p_ + "nodes/" + std::string(id);
   }
+  std::string AllNodes() const { return p_ + "nodes/"; }
+  std::string Drain(std::string_view id) const {
+    return p_ + "drain/" + std::string(id);
+  }
+  std::string AllDrain() const { return p_ + "drain/"; }
+  std::string AllShards() const { return p_ + "shards/"; }
   std::string Owner(uint32_t k) const {
     return p_ + "shards/" + ShardPart(k) + "/owner";
   }

@@ -1,0 +1,27 @@
+// Which node should own a shard (DESIGN.md section 14, "Assignment"):
+// rendezvous hashing over the candidate nodes. Every node computes the same
+// answer from the same membership, and a node joining or leaving moves only
+// the shards it gains or held (about 1/N of them).
+//
+// Pure: no I/O, no clock, no state.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tcc/wal/etcd_membership.h"
+
+namespace tcc::cluster {
+
+// The node among `candidates` (node ids; none empty) with the highest
+// weight for `shard`; "" when there are none. The weight is a fixed 64-bit
+// hash of (node id, shard), the same on every platform.
+std::string RendezvousOwner(uint32_t shard,
+                            const std::vector<std::string>& candidates);
+
+// The candidates of a membership: the live nodes not being drained, or, if
+// every live node is being drained, all of them (a shard needs an owner).
+std::vector<std::string> Candidates(const wal::Membership& m);
+
+}  // namespace tcc::cluster

@@ -1,0 +1,38 @@
+// Where a Coordinator call for a gid is served (DESIGN.md section 14,
+// "Routing"): here, at the node that owns the gid's shard (one hop over an
+// internal channel), or nowhere yet (UNAVAILABLE while the shard has no
+// owner, which clients retry with the same gid and created_at). The
+// Coordinator service asks before it hands a call to its backend; a call
+// that was forwarded once (it carries kForwardedHeader) is never forwarded
+// again: a node that does not own its shard any more answers UNAVAILABLE.
+//
+// A local tccd has no router: everything is served here.
+//
+// Thread-safety: implementations are called from any gRPC thread.
+#pragma once
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "tcc/v1/coordinator.grpc.pb.h"
+
+namespace tcc::rpc {
+
+// Metadata a forwarding node puts on the call it forwards.
+inline constexpr char kForwardedHeader[] = "x-tccd-forwarded";
+
+class CallRouter {
+ public:
+  struct Route {
+    enum class Kind { kLocal, kForward, kRefuse };
+    Kind kind = Kind::kLocal;
+    tcc::v1::Coordinator::Stub* stub = nullptr;  // kForward: the owner's
+    absl::Status refusal;                        // kRefuse
+  };
+  virtual ~CallRouter() = default;
+  virtual Route ForGid(std::string_view gid) = 0;
+  // A forwarded call ended with `status` (for metrics).
+  virtual void Forwarded(const grpc::Status& /*status*/) {}
+};
+
+}  // namespace tcc::rpc

@@ -1,0 +1,63 @@
+// What a cluster node reads of the cluster's membership in etcd (DESIGN.md
+// section 14, "Assignment" and "Routing"): the live nodes (nodes/<id>, under
+// each node's lease), the nodes being drained (drain/<id>, under the drained
+// node's lease, so the mark goes with that process), and each shard's owner
+// (shards/<k>/owner: node id, address, its create_revision the owner epoch).
+// The key layout is wal/src/etcd/etcd_keys.h's; nothing outside wal/ names a
+// key.
+//
+// Thread-safety: free functions over a thread-safe etcd::Client.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tcc/etcd/client.h"
+
+namespace tcc::wal {
+
+struct MemberInfo {
+  std::string node_id;
+  std::string address;  // host:port other nodes and clients dial
+  int64_t lease = 0;
+  bool draining = false;
+};
+
+struct ShardOwnerInfo {
+  std::string node_id;
+  std::string address;
+  uint64_t epoch = 0;  // the owner key's create_revision
+  int64_t lease = 0;
+};
+
+struct Membership {
+  int64_t revision = 0;           // etcd's, when it was read
+  std::vector<MemberInfo> nodes;  // by node id
+  // One per shard (the cluster's shard count); empty: no owner.
+  std::vector<std::optional<ShardOwnerInfo>> owners;
+};
+
+// One linearizable read (a read-only Txn) of nodes/, drain/ and shards/*/
+// owner under `key_prefix`, for a cluster of `shards` shards. DATA_LOSS for
+// a key that does not decode.
+[[nodiscard]] absl::StatusOr<Membership> ReadMembership(
+    etcd::Client& client, const std::string& key_prefix, uint32_t shards);
+
+// Marks `node_id` as draining: drain/<node_id> under that node's lease (it
+// goes when the node stops). NOT_FOUND when no such node is live.
+[[nodiscard]] absl::Status MarkDraining(etcd::Client& client,
+                                        const std::string& key_prefix,
+                                        const std::string& node_id);
+
+// The key ranges [key, range_end) whose changes change a Membership (to
+// watch).
+struct KeyRange {
+  std::string key;
+  std::string range_end;
+};
+std::vector<KeyRange> MembershipRanges(const std::string& key_prefix);
+
+}  // namespace tcc::wal
