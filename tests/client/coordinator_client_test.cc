@@ -211,6 +211,38 @@ TEST_CASE("Watch streams every change until the final state") {
                                             v1::TXN_STATE_CONFIRMED});
 }
 
+TEST_CASE(
+    "several node addresses: an UNAVAILABLE attempt moves to the next node "
+    "with the same gid and created_at") {
+  // Node 1 is down for good (nothing listens on its port); node 2 answers
+  // UNAVAILABLE once (its shard between owners), then serves.
+  int dead_port = 0;
+  {
+    Server gone(0, grpc::StatusCode::OK);
+    dead_port = gone.port;
+  }
+  Server live(1, grpc::StatusCode::UNAVAILABLE);
+  std::vector<int64_t> waits;
+  tcc::client::ClientOptions o = Options(live.port, &waits);
+  o.addresses = {"127.0.0.1:" + std::to_string(dead_port),
+                 "127.0.0.1:" + std::to_string(live.port)};
+  o.max_attempts = 5;
+  o.attempt_timeout_ms = 2000;
+  tcc::client::CoordinatorClient client(o);
+  v1::SubmitRequest req = Transfer();
+  auto resp = client.Submit(req);
+  REQUIRE(resp.ok());
+  CHECK(resp->transaction().state() == v1::TXN_STATE_CONFIRMED);
+  // Node 2 saw the UNAVAILABLE attempt and the one it served (after the
+  // client went round to node 1 and back), both the same request.
+  const auto seen = live.service.seen();
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0].gid() == req.gid());
+  CHECK(seen[1].gid() == req.gid());
+  CHECK(seen[0].created_at_ms() == seen[1].created_at_ms());
+  CHECK(waits.size() >= 2);
+}
+
 TEST_CASE("generated gids are valid and distinct") {
   std::set<std::string> gids;
   for (int i = 0; i < 1000; ++i) {

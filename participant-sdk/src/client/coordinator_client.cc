@@ -50,9 +50,11 @@ CoordinatorClient::CoordinatorClient(ClientOptions options)
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetMaxReceiveMessageSize(64 * 1024 * 1024);
-  channel_ =
-      grpc::CreateCustomChannel(options_.address, options_.credentials, args);
-  stub_ = tcc::v1::Coordinator::NewStub(channel_);
+  if (options_.addresses.empty()) options_.addresses = {options_.address};
+  for (const std::string& address : options_.addresses) {
+    stubs_.push_back(tcc::v1::Coordinator::NewStub(
+        grpc::CreateCustomChannel(address, options_.credentials, args)));
+  }
 }
 
 std::string CoordinatorClient::NewGid() {
@@ -78,10 +80,16 @@ absl::StatusOr<Response> CoordinatorClient::CallWithRetries(const Request& req,
     grpc::ClientContext ctx;
     SetDeadline(ctx, options_.attempt_timeout_ms);
     Response resp;
-    last = (stub_.get()->*method)(&ctx, req, &resp);
+    const size_t node = current_.load() % stubs_.size();
+    last = (stubs_[node].get()->*method)(&ctx, req, &resp);
     if (last.ok()) return resp;
     if (!Retryable(last.error_code()) || attempt == options_.max_attempts) {
       break;
+    }
+    // This node may be down (or between owners of the shard): the next one.
+    if (last.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      size_t expected = node;
+      current_.compare_exchange_strong(expected, (node + 1) % stubs_.size());
     }
     int64_t wait_ms;
     {
@@ -148,7 +156,7 @@ absl::Status CoordinatorClient::Watch(
   grpc::ClientContext ctx;
   tcc::v1::WatchRequest req;
   req.set_gid(gid);
-  auto reader = stub_->Watch(&ctx, req);
+  auto reader = stubs_[current_.load() % stubs_.size()]->Watch(&ctx, req);
   tcc::v1::WatchEvent event;
   while (reader->Read(&event)) {
     if (!on_event(event.transaction())) {

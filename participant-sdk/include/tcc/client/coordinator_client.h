@@ -11,18 +11,25 @@
 // transaction. Every other status is returned as tccd sent it (for example
 // ABORTED from Commit carries why the transaction could not commit).
 //
+// A cluster (DESIGN.md section 14): give every node's address; any node
+// serves any call (forwarding it to its shard's owner), and an attempt that
+// fails UNAVAILABLE or DEADLINE_EXCEEDED (a node down, a shard between
+// owners) is retried at the next node, with the same gid and created_at.
+//
 // Calls block the calling thread. Thread-safe: one client may be shared.
 #pragma once
 
 #include <grpcpp/channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,6 +40,8 @@ namespace tcc::client {
 
 struct ClientOptions {
   std::string address = "127.0.0.1:7070";  // tccd's listen address
+  // A cluster's nodes (host:port each); when set, `address` is not used.
+  std::vector<std::string> addresses;
   // Deadline of one attempt. A Submit waiting for WAIT_FOR_FINISHED needs
   // room for the whole transaction.
   int64_t attempt_timeout_ms = 30000;
@@ -76,8 +85,10 @@ class CoordinatorClient {
   absl::StatusOr<Response> CallWithRetries(const Request& req, Method method);
 
   ClientOptions options_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<tcc::v1::Coordinator::Stub> stub_;
+  // One stub per node address; calls start at `current_` and move on after
+  // a failure that says the node may be down.
+  std::vector<std::unique_ptr<tcc::v1::Coordinator::Stub>> stubs_;
+  std::atomic<size_t> current_{0};
   std::mutex rng_mu_;
   std::mt19937_64 rng_;
 };
