@@ -178,4 +178,17 @@ absl::StatusOr<v1::ApproveResponse> AdminClient::Approve(
       request, &v1::Admin::Stub::Approve);
 }
 
+absl::StatusOr<v1::ClusterResponse> AdminClient::Cluster() {
+  return Call<v1::ClusterRequest, v1::ClusterResponse>(
+      v1::ClusterRequest(), &v1::Admin::Stub::Cluster);
+}
+
+absl::StatusOr<v1::DrainResponse> AdminClient::Drain(
+    const std::string& node_id) {
+  v1::DrainRequest request;
+  request.set_node_id(node_id);
+  return Call<v1::DrainRequest, v1::DrainResponse>(request,
+                                                   &v1::Admin::Stub::Drain);
+}
+
 }  // namespace tcc::tccctl

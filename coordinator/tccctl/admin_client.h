@@ -67,6 +67,8 @@ class AdminClient {
       const tcc::v1::ResolveBranchRequest& request);
   absl::StatusOr<tcc::v1::ApproveResponse> Approve(
       const tcc::v1::ApproveRequest& request);
+  absl::StatusOr<tcc::v1::ClusterResponse> Cluster();
+  absl::StatusOr<tcc::v1::DrainResponse> Drain(const std::string& node_id);
 
  private:
   void Prepare(grpc::ClientContext& ctx, int64_t timeout_ms) const;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/json_util.h"
@@ -369,6 +370,56 @@ std::string ToJson(const google::protobuf::Message& message) {
   if (!status.ok()) {
     return "{\"error\":\"cannot print " + message.GetTypeName() + " as JSON\"}";
   }
+  return out;
+}
+
+std::string FormatCluster(const v1::ClusterResponse& c) {
+  if (!c.enabled()) {
+    return "not a cluster: one tccd on its local RocksDB WAL\n";
+  }
+  std::string out = absl::StrCat("answered by ", c.node_id(),
+                                 " at etcd revision ", c.revision(), "\n");
+  absl::StrAppend(&out, "nodes (", c.nodes_size(), "):\n");
+  absl::StrAppend(
+      &out, absl::StrFormat("  %-16s %-22s %-10s %-7s %s\n", "NODE", "ADDRESS",
+                            "LEASE LEFT", "SHARDS", "STATE"));
+  for (const auto& n : c.nodes()) {
+    absl::StrAppend(
+        &out, absl::StrFormat(
+                  "  %-16s %-22s %-10s %-7d %s\n", n.node_id(), n.address(),
+                  n.lease_ttl_left_ms() < 0 ? std::string("?")
+                                            : FormatAge(n.lease_ttl_left_ms()),
+                  n.shards_owned(), n.draining() ? "draining" : "live"));
+  }
+  std::map<std::string, std::vector<std::string>> by_owner;
+  std::vector<std::string> moving;
+  for (const auto& s : c.shards()) {
+    const std::string key = s.owner().empty() ? "" : s.owner();
+    by_owner[key].push_back(s.owner().empty()
+                                ? absl::StrCat(s.shard())
+                                : absl::StrCat(s.shard(), "@", s.epoch()));
+    if (!s.owner().empty() && !s.assigned().empty() &&
+        s.owner() != s.assigned()) {
+      moving.push_back(
+          absl::StrCat(s.shard(), " ", s.owner(), "->", s.assigned()));
+    }
+  }
+  absl::StrAppend(&out, "shards (", c.shards_size(), ", shard@epoch):\n");
+  for (const auto& [owner, list] : by_owner) {
+    if (owner.empty()) continue;
+    absl::StrAppend(&out, "  ", owner, ": ", absl::StrJoin(list, " "), "\n");
+  }
+  absl::StrAppend(&out, "unowned: ", c.unowned_shards());
+  if (by_owner.count("") != 0) {
+    absl::StrAppend(&out, " (", absl::StrJoin(by_owner[""], " "), ")");
+  }
+  absl::StrAppend(&out, "\n");
+  if (!moving.empty()) {
+    absl::StrAppend(&out, "moving to their assigned node: ",
+                    absl::StrJoin(moving, ", "), "\n");
+  }
+  absl::StrAppend(&out, "recovering at ", c.node_id(), ": ",
+                  c.recovering_shards(), " shards\n");
   return out;
 }
 

@@ -80,6 +80,9 @@ std::string ToJson(const google::protobuf::Message& message);
 
 // Human-readable views; each ends with a newline.
 std::string FormatStatus(const tcc::v1::StatusResponse& status, int64_t now_ms);
+// `tccctl cluster`: the nodes (address, lease left, shards owned, draining),
+// then the shards by owner with their epochs, and the unowned ones.
+std::string FormatCluster(const tcc::v1::ClusterResponse& cluster);
 // A header line and one line per transaction, aligned (BRANCHES is "-" for
 // a summary without branches); `next_page_token`
 // (when not empty) adds a line saying how to get the next page.

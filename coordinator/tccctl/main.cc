@@ -2,6 +2,7 @@
 // Flags -> one call (admin_client.h) -> output (format.h) -> exit code. The
 // only code of tccctl no unit test reaches; tests/tccctl/ runs the binary.
 #include <sys/stat.h>
+#include <time.h>
 
 #include <cstdio>
 #include <fstream>
@@ -267,6 +268,26 @@ int main(int argc, char** argv) {
   approve_cmd->add_option("--approval", approval_id, "the approval's id")
       ->required();
 
+  CLI::App* cluster_cmd =
+      sub("cluster",
+          "cluster mode: the nodes (lease left, shards, draining), the shards "
+          "by owner with their epochs, the shards without an owner");
+
+  CLI::App* drain_cmd =
+      sub("drain",
+          "cluster mode: move a node's shards to the others, then wait until "
+          "it owns none (it can then be stopped)");
+  std::string drain_node;
+  drain_cmd->add_option("node", drain_node, "the node id")->required();
+  bool drain_no_wait = false;
+  drain_cmd->add_flag("--no-wait", drain_no_wait,
+                      "mark the node and return at once");
+  std::string drain_wait = "120s";
+  drain_cmd
+      ->add_option("--wait", drain_wait,
+                   "wait at most this long for its shards to move")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -289,6 +310,57 @@ int main(int argc, char** argv) {
       PrintJson(*r);
     } else {
       Print(tcc::tccctl::FormatStatus(*r, NowMs()));
+    }
+    return tcc::tccctl::kExitOk;
+  }
+
+  if (*cluster_cmd) {
+    auto r = client.Cluster();
+    if (!r.ok()) return Failed(r.status());
+    if (json) {
+      PrintJson(*r);
+    } else {
+      Print(tcc::tccctl::FormatCluster(*r));
+    }
+    return tcc::tccctl::kExitOk;
+  }
+
+  if (*drain_cmd) {
+    auto wait = tcc::tccctl::ParseDuration(drain_wait);
+    if (!wait.ok()) return Usage(std::string(wait.status().message()));
+    auto r = client.Drain(drain_node);
+    if (!r.ok()) return Failed(r.status());
+    if (!json) {
+      Print(absl::StrCat("draining ", drain_node, ": ", r->shards_owned(),
+                         " shards to move\n"));
+    }
+    if (drain_no_wait) return tcc::tccctl::kExitOk;
+    const int64_t until = NowMs() + *wait;
+    uint32_t left = r->shards_owned();
+    while (true) {
+      auto c = client.Cluster();
+      if (!c.ok()) return Failed(c.status());
+      left = 0;
+      for (const auto& n : c->nodes()) {
+        if (n.node_id() == drain_node) left = n.shards_owned();
+      }
+      if (left == 0) break;
+      if (NowMs() >= until) {
+        return Failed(absl::DeadlineExceededError(absl::StrCat(
+            drain_node, " still owns ", left, " shards after ", drain_wait)));
+      }
+      struct timespec ts {
+        0, 200 * 1000 * 1000
+      };
+      nanosleep(&ts, nullptr);
+    }
+    if (json) {
+      v1::DrainResponse done;
+      done.set_shards_owned(0);
+      PrintJson(done);
+    } else {
+      Print(
+          absl::StrCat(drain_node, " owns no shard now: it can be stopped\n"));
     }
     return tcc::tccctl::kExitOk;
   }

@@ -28,7 +28,9 @@ rpc::CallRouter::Route ForwardingRouter::ForGid(std::string_view gid) {
     return route;
   }
   route.kind = Route::Kind::kForward;
-  route.stub = StubFor(owner->address);
+  const Peer& peer = PeerFor(owner->address);
+  route.stub = peer.coordinator.get();
+  route.admin_stub = peer.admin.get();
   return route;
 }
 
@@ -36,11 +38,11 @@ void ForwardingRouter::Forwarded(const grpc::Status& status) {
   if (options_.on_forwarded) options_.on_forwarded(status);
 }
 
-tcc::v1::Coordinator::Stub* ForwardingRouter::StubFor(
+const ForwardingRouter::Peer& ForwardingRouter::PeerFor(
     const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = stubs_.find(address);
-  if (it != stubs_.end()) return it->second.get();
+  auto it = peers_.find(address);
+  if (it != peers_.end()) return it->second;
   grpc::ChannelArguments args;
   if (!options_.peer_server_name.empty()) {
     args.SetSslTargetNameOverride(options_.peer_server_name);
@@ -51,9 +53,10 @@ tcc::v1::Coordinator::Stub* ForwardingRouter::StubFor(
   auto creds = options_.peer_credentials != nullptr
                    ? options_.peer_credentials
                    : grpc::InsecureChannelCredentials();
-  auto stub = tcc::v1::Coordinator::NewStub(
-      grpc::CreateCustomChannel(address, creds, args));
-  return stubs_.emplace(address, std::move(stub)).first->second.get();
+  auto channel = grpc::CreateCustomChannel(address, creds, args);
+  Peer peer{tcc::v1::Coordinator::NewStub(channel),
+            tcc::v1::Admin::NewStub(channel)};
+  return peers_.emplace(address, std::move(peer)).first->second;
 }
 
 }  // namespace tcc::cluster

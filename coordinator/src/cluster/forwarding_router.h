@@ -44,11 +44,15 @@ class ForwardingRouter final : public rpc::CallRouter {
   void Forwarded(const grpc::Status& status) override;
 
  private:
-  tcc::v1::Coordinator::Stub* StubFor(const std::string& address);
+  struct Peer {
+    std::unique_ptr<tcc::v1::Coordinator::Stub> coordinator;
+    std::unique_ptr<tcc::v1::Admin::Stub> admin;
+  };
+  const Peer& PeerFor(const std::string& address);
 
   const ForwardingRouterOptions options_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<tcc::v1::Coordinator::Stub>> stubs_;
+  std::map<std::string, Peer> peers_;
 };
 
 }  // namespace tcc::cluster

@@ -104,11 +104,93 @@ grpc::ServerUnaryReactor* AdminService::Status(
   return call.Finish(absl::OkStatus());
 }
 
+template <typename Request, typename Response, typename Send>
+bool AdminService::Routed(const Call& call, grpc::CallbackServerContext* ctx,
+                          const std::string& gid, const Request* request,
+                          Response* response, Send send) {
+  CallRouter* router = options_.router;
+  if (router == nullptr || !identity::ValidateGid(gid).ok()) return false;
+  const CallRouter::Route route = router->ForGid(gid);
+  if (route.kind == CallRouter::Route::Kind::kLocal) return false;
+  if (route.kind == CallRouter::Route::Kind::kRefuse) {
+    call.Finish(route.refusal);
+    return true;
+  }
+  const auto& meta = ctx->client_metadata();
+  if (meta.find(kForwardedHeader) != meta.end()) {
+    call.Finish(absl::UnavailableError(
+        absl::StrCat("gid ", gid,
+                     ": forwarded to a node that no longer owns its shard "
+                     "(it moved); retry")));
+    return true;
+  }
+  auto client = std::make_shared<grpc::ClientContext>();
+  client->set_deadline(ctx->deadline());
+  client->AddMetadata(kForwardedHeader, "1");
+  // The owner authenticates the caller again, with the same credential.
+  if (auto auth = meta.find("authorization"); auth != meta.end()) {
+    client->AddMetadata("authorization",
+                        std::string(auth->second.data(), auth->second.size()));
+  }
+  send(route.admin_stub, client.get(), request, response,
+       [call, client, router](grpc::Status status) {
+         router->Forwarded(status);
+         call.Finish(FromGrpc(status));
+       });
+  return true;
+}
+
+// The lambda that sends one Admin method to a peer.
+#define TCC_ADMIN_SEND(Method, Req, Resp)                \
+  [](tcc::v1::Admin::Stub* stub, grpc::ClientContext* c, \
+     const tcc::v1::Req* q, tcc::v1::Resp* r,            \
+     std::function<void(grpc::Status)> f) {              \
+    stub->async()->Method(c, q, r, std::move(f));        \
+  }
+
+grpc::ServerUnaryReactor* AdminService::Cluster(
+    grpc::CallbackServerContext* ctx, const tcc::v1::ClusterRequest*,
+    tcc::v1::ClusterResponse* response) {
+  Call call(*this, ctx, "Cluster", "");
+  TCC_AUTHENTICATE(call);
+  if (!options_.cluster) {
+    response->set_enabled(false);
+    return call.Finish(absl::OkStatus());
+  }
+  absl::StatusOr<tcc::v1::ClusterResponse> c = options_.cluster();
+  if (!c.ok()) return call.Finish(c.status());
+  *response = *std::move(c);
+  return call.Finish(absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminService::Drain(
+    grpc::CallbackServerContext* ctx, const tcc::v1::DrainRequest* request,
+    tcc::v1::DrainResponse* response) {
+  Call call(*this, ctx, "Drain", absl::StrCat("node=", request->node_id()));
+  TCC_AUTHENTICATE(call);
+  if (!options_.drain) {
+    return call.Finish(absl::FailedPreconditionError(
+        "not a cluster: a local tccd has no nodes to drain"));
+  }
+  if (absl::Status s = identity::ValidateGid(request->node_id()); !s.ok()) {
+    return call.Finish(
+        absl::InvalidArgumentError(absl::StrCat("node_id: ", s.message())));
+  }
+  absl::StatusOr<uint32_t> owned = options_.drain(request->node_id());
+  if (!owned.ok()) return call.Finish(owned.status());
+  response->set_shards_owned(*owned);
+  return call.Finish(absl::OkStatus());
+}
+
 grpc::ServerUnaryReactor* AdminService::Show(
     grpc::CallbackServerContext* ctx, const tcc::v1::ShowRequest* request,
     tcc::v1::ShowResponse* response) {
   Call call(*this, ctx, "Show", absl::StrCat("gid=", request->gid()));
   TCC_AUTHENTICATE(call);
+  if (Routed(call, ctx, request->gid(), request, response,
+             TCC_ADMIN_SEND(Show, ShowRequest, ShowResponse))) {
+    return call.reactor();
+  }
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return call.Finish(s);
   }
@@ -176,6 +258,10 @@ grpc::ServerUnaryReactor* AdminService::RetryNow(
       *this, ctx, "RetryNow",
       absl::StrCat("gid=", request->gid(), " branch=", request->branch_id()));
   TCC_AUTHENTICATE(call);
+  if (Routed(call, ctx, request->gid(), request, response,
+             TCC_ADMIN_SEND(RetryNow, RetryNowRequest, RetryNowResponse))) {
+    return call.reactor();
+  }
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return call.Finish(s);
   }
@@ -206,6 +292,11 @@ grpc::ServerUnaryReactor* AdminService::IssueApproval(
                    " branch=", request->branch_id(),
                    " reason=", request->reason()));
   TCC_AUTHENTICATE(call);
+  if (Routed(call, ctx, request->gid(), request, response,
+             TCC_ADMIN_SEND(IssueApproval, IssueApprovalRequest,
+                            IssueApprovalResponse))) {
+    return call.reactor();
+  }
   wal::Approval a;
   if (!FromProto(request->action(), &a.action)) {
     return call.Finish(absl::InvalidArgumentError(
@@ -355,6 +446,11 @@ grpc::ServerUnaryReactor* AdminService::ForceDecision(
                          tcc::v1::Decision_Name(request->decision()),
                          " approval=", request->approval_id()));
   TCC_AUTHENTICATE(call);
+  if (Routed(call, ctx, request->gid(), request, response,
+             TCC_ADMIN_SEND(ForceDecision, ForceDecisionRequest,
+                            ForceDecisionResponse))) {
+    return call.reactor();
+  }
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return call.Finish(s);
   }
@@ -394,6 +490,11 @@ grpc::ServerUnaryReactor* AdminService::ResolveBranch(
       absl::StrCat("gid=", request->gid(), " branch=", request->branch_id(),
                    " approval=", request->approval_id()));
   TCC_AUTHENTICATE(call);
+  if (Routed(call, ctx, request->gid(), request, response,
+             TCC_ADMIN_SEND(ResolveBranch, ResolveBranchRequest,
+                            ResolveBranchResponse))) {
+    return call.reactor();
+  }
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return call.Finish(s);
   }
@@ -424,6 +525,10 @@ grpc::ServerUnaryReactor* AdminService::Approve(
             absl::StrCat("gid=", request->gid(),
                          " approval=", request->approval_id()));
   TCC_AUTHENTICATE(call);
+  if (Routed(call, ctx, request->gid(), request, response,
+             TCC_ADMIN_SEND(Approve, ApproveRequest, ApproveResponse))) {
+    return call.reactor();
+  }
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return call.Finish(s);
   }

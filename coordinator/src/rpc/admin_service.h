@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "rpc/admin_auth.h"
+#include "rpc/call_router.h"
 #include "rpc/coordinator_backend.h"
 #include "rpc/coordinator_service.h"
 #include "tcc/v1/admin.grpc.pb.h"
@@ -52,6 +53,13 @@ struct AdminServiceOptions {
   int64_t approval_ttl_ms = 15 * 60 * 1000;
   int64_t max_approval_ttl_ms = 24LL * 3600 * 1000;
   std::function<void(const AdminAudit&)> audit;
+  // Cluster mode: the membership as the answering node reads it, and the
+  // drain of a node. Unset: a local tccd (Cluster answers enabled=false,
+  // Drain FAILED_PRECONDITION).
+  std::function<absl::StatusOr<tcc::v1::ClusterResponse>()> cluster;
+  std::function<absl::StatusOr<uint32_t>(const std::string& node_id)> drain;
+  // Cluster mode: where a gid's calls are served (call_router.h). Not owned.
+  CallRouter* router = nullptr;
 };
 
 class AdminService final : public tcc::v1::Admin::CallbackService {
@@ -95,9 +103,22 @@ class AdminService final : public tcc::v1::Admin::CallbackService {
   grpc::ServerUnaryReactor* Approve(
       grpc::CallbackServerContext* ctx, const tcc::v1::ApproveRequest* request,
       tcc::v1::ApproveResponse* response) override;
+  grpc::ServerUnaryReactor* Cluster(
+      grpc::CallbackServerContext* ctx, const tcc::v1::ClusterRequest* request,
+      tcc::v1::ClusterResponse* response) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* ctx,
+                                  const tcc::v1::DrainRequest* request,
+                                  tcc::v1::DrainResponse* response) override;
 
  private:
   class Call;
+
+  // Cluster mode: a call for `gid` that another node serves is forwarded
+  // there (or refused) and finished by `call`: true. False: serve it here.
+  template <typename Request, typename Response, typename Send>
+  bool Routed(const Call& call, grpc::CallbackServerContext* ctx,
+              const std::string& gid, const Request* request,
+              Response* response, Send send);
 
   // Checks the approval before it is handed to the driver.
   [[nodiscard]] absl::Status CheckApproval(const std::string& approval_id,

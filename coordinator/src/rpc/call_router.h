@@ -6,6 +6,11 @@
 // that was forwarded once (it carries kForwardedHeader) is never forwarded
 // again: a node that does not own its shard any more answers UNAVAILABLE.
 //
+// The Admin API's calls for one gid (Show, RetryNow, approvals, forced
+// decisions) are routed the same way, with the caller's `authorization`
+// metadata (its bearer token) passed along: every node must accept the same
+// admin credentials, and serve the Admin API on its advertised address.
+//
 // A local tccd has no router: everything is served here.
 //
 // Thread-safety: implementations are called from any gRPC thread.
@@ -14,6 +19,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "tcc/v1/admin.grpc.pb.h"
 #include "tcc/v1/coordinator.grpc.pb.h"
 
 namespace tcc::rpc {
@@ -26,8 +32,10 @@ class CallRouter {
   struct Route {
     enum class Kind { kLocal, kForward, kRefuse };
     Kind kind = Kind::kLocal;
-    tcc::v1::Coordinator::Stub* stub = nullptr;  // kForward: the owner's
-    absl::Status refusal;                        // kRefuse
+    // kForward: the owner's services (its advertised address).
+    tcc::v1::Coordinator::Stub* stub = nullptr;
+    tcc::v1::Admin::Stub* admin_stub = nullptr;
+    absl::Status refusal;  // kRefuse
   };
   virtual ~CallRouter() = default;
   virtual Route ForGid(std::string_view gid) = 0;

@@ -494,6 +494,44 @@ void DriverBackend::OnRecovered(size_t resumed) {
   ExportRecovery();
 }
 
+void DriverBackend::ShardAdopting(uint32_t shard, bool ok) {
+  std::lock_guard<std::mutex> lock(scans_mu_);
+  if (ok) {
+    scanning_shards_.insert(shard);
+  } else {
+    scanning_shards_.erase(shard);
+  }
+}
+
+void DriverBackend::OnShardRecovered(uint32_t shard, uint64_t epoch,
+                                     size_t resumed) {
+  {
+    std::lock_guard<std::mutex> lock(scans_mu_);
+    scanning_shards_.erase(shard);
+  }
+  spdlog::info(
+      "cluster: shard {} (epoch {}): {} unfinished transactions "
+      "found, being resumed",
+      shard, epoch, resumed);
+  in_flight_ += static_cast<int64_t>(resumed);
+}
+
+void DriverBackend::OnShardScanFailed(uint32_t shard, const absl::Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(scans_mu_);
+    scanning_shards_.erase(shard);
+  }
+  spdlog::warn(
+      "cluster: shard {}: its recovery scan failed ({}); the shard "
+      "is dropped, to be taken again",
+      shard, why.ToString());
+}
+
+uint32_t DriverBackend::recovering_shards() const {
+  std::lock_guard<std::mutex> lock(scans_mu_);
+  return static_cast<uint32_t>(scanning_shards_.size());
+}
+
 void DriverBackend::ExportRecovery() {
   if (metrics_ == nullptr || !recovered_) return;
   const uint64_t total = recovered_count_;

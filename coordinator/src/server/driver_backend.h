@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -92,6 +93,14 @@ class DriverBackend final : public rpc::CoordinatorBackend,
   void OnEffect(const std::string& gid, const core::Effect& effect) override;
   void OnRecovered(size_t resumed) override;
   void OnFatal(const absl::Status& status) override;
+  // Cluster mode: shards taken whose recovery scan still runs.
+  void OnShardRecovered(uint32_t shard, uint64_t epoch,
+                        size_t resumed) override;
+  void OnShardScanFailed(uint32_t shard, const absl::Status& why) override;
+  // A shard is being adopted (its scan will start); `ok` false: the
+  // adoption failed.
+  void ShardAdopting(uint32_t shard, bool ok);
+  uint32_t recovering_shards() const;
 
   // OK, or the first state the driver could not drive (OnFatal): the
   // daemon stops on it (exit 3 for DATA_LOSS).
@@ -130,6 +139,8 @@ class DriverBackend final : public rpc::CoordinatorBackend,
   std::atomic<uint64_t> recovered_finished_{0};
   // Wall-clock start: transactions registered before it are recovery's.
   const int64_t started_at_ms_;
+  mutable std::mutex scans_mu_;
+  std::set<uint32_t> scanning_shards_;  // adopted, scan not ended
 };
 
 }  // namespace tcc::server

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "cluster/assignment.h"
 #include "cluster/forwarding_router.h"
 #include "cluster/shard_manager.h"
 #include "console/console_server.h"
@@ -101,6 +102,9 @@ class Server::Impl {
   // Cluster mode, once the driver runs: the shard manager (taking this
   // node's shards before it serves) and the router.
   absl::Status StartShardManager(const Config& config);
+  // The Admin API's Cluster and Drain.
+  absl::StatusOr<tcc::v1::ClusterResponse> ClusterStatus();
+  absl::StatusOr<uint32_t> Drain(const std::string& node_id);
   void ScheduleRetention();
   void ScheduleWalStats();
   void WalStats();
@@ -465,6 +469,13 @@ absl::Status Server::Impl::Start(const Config& config,
   admin_options.approval_ttl_ms = config.admin.approval_ttl_ms;
   admin_options.max_approval_ttl_ms = config.admin.max_approval_ttl_ms;
   admin_options.audit = LogAdminCall;
+  if (shard_manager_ != nullptr) {
+    admin_options.cluster = [this] { return ClusterStatus(); };
+    admin_options.drain = [this](const std::string& node_id) {
+      return Drain(node_id);
+    };
+    admin_options.router = call_router_.get();
+  }
   admin_service_ = std::make_unique<rpc::AdminService>(
       *backend_, *coordinator_service_, *admin_auth_, admin_options);
 
@@ -707,7 +718,14 @@ absl::Status Server::Impl::StartShardManager(const Config& config) {
   actions.lease_id = [node] { return node->lease_id(); };
   actions.trusted = [node] { return node->Trusted(); };
   actions.drives = [driver](uint32_t k) { return driver->OwnsShard(k); };
-  actions.adopt = [driver](uint32_t k) { return driver->AdoptShard(k); };
+  DriverBackend* backend = backend_.get();
+  actions.adopt = [driver, backend](uint32_t k) {
+    // Noted before: the scan may end before AdoptShard returns.
+    backend->ShardAdopting(k, true);
+    absl::StatusOr<uint64_t> epoch = driver->AdoptShard(k);
+    if (!epoch.ok()) backend->ShardAdopting(k, false);
+    return epoch;
+  };
   actions.drop = [driver](uint32_t k, const absl::Status& why) {
     driver->DropLogShard(k, why);
   };
@@ -748,6 +766,66 @@ absl::Status Server::Impl::StartShardManager(const Config& config) {
   call_router_ = std::make_unique<cluster::ForwardingRouter>(std::move(ro));
   shard_manager_->Start();
   return absl::OkStatus();
+}
+
+absl::StatusOr<tcc::v1::ClusterResponse> Server::Impl::ClusterStatus() {
+  const uint32_t shards = etcd_log_->shard_count();
+  absl::StatusOr<wal::Membership> m =
+      wal::ReadMembership(*etcd_client_, config_.cluster.key_prefix, shards);
+  if (!m.ok()) return m.status();
+  tcc::v1::ClusterResponse r;
+  r.set_enabled(true);
+  r.set_node_id(config_.cluster.node_id);
+  r.set_revision(m->revision);
+  const std::vector<std::string> candidates = cluster::Candidates(*m);
+  std::map<std::string, uint32_t> owned;
+  uint32_t unowned = 0;
+  for (uint32_t k = 0; k < shards; ++k) {
+    tcc::v1::ClusterShard* sh = r.add_shards();
+    sh->set_shard(k);
+    sh->set_assigned(cluster::RendezvousOwner(k, candidates));
+    if (!m->owners[k].has_value()) {
+      ++unowned;
+      continue;
+    }
+    sh->set_owner(m->owners[k]->node_id);
+    sh->set_epoch(m->owners[k]->epoch);
+    ++owned[m->owners[k]->node_id];
+  }
+  r.set_unowned_shards(unowned);
+  for (const wal::MemberInfo& n : m->nodes) {
+    tcc::v1::ClusterNode* node = r.add_nodes();
+    node->set_node_id(n.node_id);
+    node->set_address(n.address);
+    node->set_draining(n.draining);
+    node->set_lease_id(n.lease);
+    absl::StatusOr<etcdserverpb::LeaseTimeToLiveResponse> ttl =
+        etcd_client_->LeaseTimeToLive(n.lease);
+    node->set_lease_ttl_left_ms(ttl.ok() && ttl->ttl() >= 0 ? ttl->ttl() * 1000
+                                                            : -1);
+    node->set_shards_owned(owned[n.node_id]);
+  }
+  r.set_recovering_shards(backend_->recovering_shards());
+  return r;
+}
+
+absl::StatusOr<uint32_t> Server::Impl::Drain(const std::string& node_id) {
+  const uint32_t shards = etcd_log_->shard_count();
+  absl::StatusOr<wal::Membership> m =
+      wal::ReadMembership(*etcd_client_, config_.cluster.key_prefix, shards);
+  if (!m.ok()) return m.status();
+  uint32_t owned = 0;
+  for (const auto& o : m->owners) {
+    if (o.has_value() && o->node_id == node_id) ++owned;
+  }
+  if (absl::Status s =
+          wal::MarkDraining(*etcd_client_, config_.cluster.key_prefix, node_id);
+      !s.ok()) {
+    return s;
+  }
+  spdlog::info("cluster: node {} marked draining ({} shards to move)", node_id,
+               owned);
+  return owned;
 }
 
 void Server::Impl::ScheduleRetention() {
