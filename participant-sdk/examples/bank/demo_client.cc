@@ -12,6 +12,7 @@
 // banks' balance service, over TLS: the demo assumes one PKI for both.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -92,7 +93,10 @@ int main(int argc, char** argv) {
   std::string tccd = "127.0.0.1:7070";
   std::string bank_a = "127.0.0.1:7101";
   std::string bank_b = "127.0.0.1:7102";
-  app.add_option("--tccd", tccd, "tccd's address");
+  app.add_option("--tccd", tccd,
+                 "tccd's address; a cluster's nodes comma-separated (any "
+                 "node serves; a node down or a shard between owners is "
+                 "retried at the next)");
   app.add_option("--bank-a", bank_a, "bank-a's address (for balances)");
   app.add_option("--bank-b", bank_b, "bank-b's address (for balances)");
   std::string get_gid;
@@ -121,6 +125,16 @@ int main(int argc, char** argv) {
   }
   tcc::client::ClientOptions options;
   options.address = tccd;
+  if (tccd.find(',') != std::string::npos) {
+    for (size_t at = 0; at <= tccd.size();) {
+      const size_t comma = std::min(tccd.find(',', at), tccd.size());
+      if (comma > at) options.addresses.push_back(tccd.substr(at, comma - at));
+      at = comma + 1;
+    }
+    // A takeover takes up to the lease TTL and the takeover margin: room
+    // for it in the retries (about 10 s of backoff in all).
+    options.max_attempts = 10;
+  }
   options.credentials = credentials;
   tcc::client::CoordinatorClient client(options);
   if (!get_gid.empty()) {
