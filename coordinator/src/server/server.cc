@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "cluster/assignment.h"
 #include "cluster/forwarding_router.h"
+#include "cluster/node_membership.h"
 #include "cluster/shard_manager.h"
 #include "console/console_server.h"
 #include "rpc/admin_auth.h"
@@ -58,7 +59,7 @@ class Server::Impl {
   // Cluster mode: the etcd client, the node's membership (its lease) and
   // the etcd log; else the RocksDB log. log_ is whichever it is.
   std::unique_ptr<etcd::Client> etcd_client_;
-  std::unique_ptr<wal::NodeRegistration> node_;
+  std::unique_ptr<cluster::NodeMembership> node_;
   std::unique_ptr<wal::Log> log_;
   wal::RocksDbLog* rocksdb_log_ = nullptr;
   wal::EtcdLog* etcd_log_ = nullptr;
@@ -422,7 +423,7 @@ absl::Status Server::Impl::Start(const Config& config,
   // Nobody could approve a gated transaction without an admin credential.
   driver_options.approval_gate_enabled = admin_auth_->configured();
   if (node_ != nullptr) {
-    wal::NodeRegistration* node = node_.get();
+    cluster::NodeMembership* node = node_.get();
     driver_options.may_call = [node](const std::string&) {
       return node->Trusted();
     };
@@ -658,14 +659,26 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config) {
   node.address = cl.advertise_address;
   node.lease_ttl_ms = cl.lease_ttl_ms;
   node.lease_margin_ms = cl.lease_margin_ms;
-  absl::StatusOr<std::unique_ptr<wal::NodeRegistration>> joined =
-      wal::NodeRegistration::Join(node, [this](const absl::Status& why) {
-        spdlog::error("cluster: {}; every shard is lost", why.ToString());
-        if (etcd_log_ == nullptr) return;
-        for (uint32_t k = 0; k < etcd_log_->shard_count(); ++k) {
-          DropShard(k, why);
-        }
-      });
+  cluster::NodeMembership::Hooks hooks;
+  hooks.lost = [this](const absl::Status& why) {
+    spdlog::error("cluster: {}; every shard is lost, joining again",
+                  why.ToString());
+    if (etcd_log_ == nullptr) return;
+    for (uint32_t k = 0; k < etcd_log_->shard_count(); ++k) {
+      if (runtime::Driver* d = live_driver_.load(); d && d->OwnsShard(k)) {
+        metrics_->ShardChange("lost");
+      }
+      DropShard(k, why);
+    }
+  };
+  hooks.rejoined = [this](int64_t lease) {
+    spdlog::info("cluster: node {} joined again (lease {})",
+                 config_.cluster.node_id, lease);
+    if (etcd_log_ != nullptr) etcd_log_->SetLease(lease);
+    if (shard_manager_ != nullptr) shard_manager_->Poke();
+  };
+  absl::StatusOr<std::unique_ptr<cluster::NodeMembership>> joined =
+      cluster::NodeMembership::Join(node, std::move(hooks));
   if (!joined.ok()) return joined.status();
   node_ = *std::move(joined);
   wal::EtcdLogOptions lo;
@@ -705,7 +718,7 @@ absl::Status Server::Impl::StartShardManager(const Config& config) {
   const uint32_t shards = etcd_log_->shard_count();
   runtime::Driver* driver = driver_.get();
   wal::EtcdLog* log = etcd_log_;
-  wal::NodeRegistration* node = node_.get();
+  cluster::NodeMembership* node = node_.get();
   cluster::ShardManagerOptions mo;
   mo.client = etcd_client_.get();
   mo.key_prefix = cl.key_prefix;

@@ -189,7 +189,8 @@ class EtcdLog::Impl {
         cluster_(cluster),
         keys_(options_.key_prefix),
         archive_(std::move(archive)),
-        shards_(cluster.shards) {}
+        shards_(cluster.shards),
+        lease_id_(options_.lease_id) {}
 
   ~Impl() {
     {
@@ -236,6 +237,12 @@ class EtcdLog::Impl {
                               const std::function<absl::Status(TxnLog)>& visit);
   absl::StatusOr<uint64_t> TakeOwnerEpoch(uint32_t shard);
   absl::Status ReleaseShard(uint32_t shard);
+  void SetLease(int64_t lease_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lease_id_ = lease_id;
+    // Every owner key of the old lease went with it.
+    for (ShardState& st : shards_) st.owned = false;
+  }
   absl::Status RunRetention(int64_t now_ms);
   LogStats Stats() const;
 
@@ -320,6 +327,8 @@ class EtcdLog::Impl {
   bool stop_ = false;
   std::deque<Item> queue_;
   std::vector<ShardState> shards_;
+  // The node's lease (options.lease_id, then SetLease's).
+  std::atomic<int64_t> lease_id_;
   std::unordered_map<std::string, View> views_;
   ShardLostFn lost_fn_;
   absl::Status failure_;
@@ -583,7 +592,7 @@ absl::StatusOr<uint64_t> EtcdLog::Impl::TakeOwnerEpoch(uint32_t shard) {
     absl::StatusOr<pb::RangeResponse> r = options_.client->Range(read);
     if (!r.ok()) return r.status();
     if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
-    if (r->kvs_size() > 0 && r->kvs(0).lease() == options_.lease_id) {
+    if (r->kvs_size() > 0 && r->kvs(0).lease() == lease_id_.load()) {
       pb::TxnRequest del;
       pb::Compare* c = del.add_compare();
       c->set_key(owner);
@@ -611,7 +620,7 @@ absl::StatusOr<uint64_t> EtcdLog::Impl::TakeOwnerEpoch(uint32_t shard) {
   pb::PutRequest* put = campaign.add_success()->mutable_request_put();
   put->set_key(owner);
   put->set_value(absl::StrCat(options_.node_id, "\n", options_.node_address));
-  put->set_lease(options_.lease_id);
+  put->set_lease(lease_id_.load());
   AddRange(campaign, true, keys_.Horizon(shard));
   AddRange(campaign, false, owner);
   AddRange(campaign, false, keys_.Horizon(shard));
@@ -633,7 +642,7 @@ absl::StatusOr<uint64_t> EtcdLog::Impl::TakeOwnerEpoch(uint32_t shard) {
     } else {
       const mvccpb::KeyValue* kv = FirstKv(r->responses(0));
       // A campaign whose answer was lost: the key's lease says whose it is.
-      if (kv != nullptr && kv->lease() == options_.lease_id) {
+      if (kv != nullptr && kv->lease() == lease_id_.load()) {
         epoch = static_cast<uint64_t>(kv->create_revision());
       } else if (waited_ms < options_.campaign_wait_ms && !Stopping()) {
         // Another node's: its lease may be expiring (a node that stopped).
@@ -1130,7 +1139,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   if (group.empty()) return;
 
   // 4. Send until etcd answers.
-  internal::Fences fences{&epochs, options_.lease_id,
+  internal::Fences fences{&epochs, lease_id_.load(),
                           keys_.QuotaProbe(options_.node_id)};
   pb::TxnRequest txn = group.Build(fences);
   int attempt = 0;
@@ -1445,7 +1454,7 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
       c->set_key(keys_.Owner(k));
       c->set_target(pb::Compare::LEASE);
       c->set_result(pb::Compare::EQUAL);
-      c->set_lease(options_.lease_id);
+      c->set_lease(lease_id_.load());
       for (size_t i = from; i < to; ++i) {
         const TxnSummary& sm = forget[i]->summary;
         horizon = std::max(horizon, sm.created_at_ms == INT64_MAX
@@ -1582,6 +1591,8 @@ int64_t EtcdLog::DedupHorizonMs(uint32_t shard) const {
   return impl_->Horizon(shard);
 }
 LogStats EtcdLog::Stats() const { return impl_->Stats(); }
+void EtcdLog::SetLease(int64_t lease_id) { impl_->SetLease(lease_id); }
+
 absl::Status EtcdLog::ReleaseShard(uint32_t shard) {
   return impl_->ReleaseShard(shard);
 }

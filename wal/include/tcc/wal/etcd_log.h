@@ -163,6 +163,10 @@ class EtcdLog final : public Log {
   // Gives shard k up: the fenced delete of its owner key; from then on no
   // Txn of this log commits for it.
   [[nodiscard]] absl::Status ReleaseShard(uint32_t shard);
+  // The node joined again with a new lease (its old one was lost, and every
+  // owner key with it): campaigns and fences use `lease_id` from now on,
+  // and no shard is owned until taken again.
+  void SetLease(int64_t lease_id);
   // OK while the log can go on; DATA_LOSS once etcd was found to be another
   // cluster's, or restored to an older revision (the daemon stops).
   absl::Status failure() const;
