@@ -36,10 +36,24 @@
 #                      (default 2; medians reported)
 #   --python-store S   sqlite (default) or postgres (scripts/pg.sh, started
 #                      and removed here) for the Python banks
+#   --etcd             instead of the set above: the headline case (C=64, 2
+#                      branches, 100 B) and C=1 with tccd on its RocksDB WAL,
+#                      then the same two with tccd in cluster mode on a
+#                      3-member loopback etcd (scripts/etcd.sh, started and
+#                      stopped here), in one run; fsync on everywhere. It
+#                      reports the etcd Txns per transaction and the appends
+#                      per Txn (tccd_etcd_txns_total, tccd_etcd_appends_total;
+#                      warm-up included); the last line is
+#                      tcc-bench: etcd_tps=N rocksdb_tps=N etcd_ratio=N
+#                        etcd_txns_per_tx=N appends_per_etcd_txn=N
+#                        etcd_single_p50_ms=N errors=N
+#   --etcd-members N   with --etcd: 3 (default) or 1 member (to see what
+#                      the replication costs on this machine)
 #
 # Everything runs on 127.0.0.1 with ports picked by the OS; every process
 # started here is stopped on exit (also on error or Ctrl-C), and every step
-# has a time limit. The last line printed is:
+# has a time limit. The last line printed (without --python-banks or
+# --etcd) is:
 #   tcc-bench: tps=N baseline_tps=N ratio=N p50_ms=N p99_ms=N
 #     p99_half_load_ms=N single_p50_ms=N slow_fsync_tps=N recovery_tps=N
 #     errors=N
@@ -60,6 +74,8 @@ tccd_config=config/tccd.yaml
 python_banks=0
 python_rounds=2
 python_store=sqlite
+etcd_mode=0
+etcd_members=3
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -75,7 +91,9 @@ while [[ $# -gt 0 ]]; do
     --python-banks) python_banks=1 ;;
     --python-rounds) python_rounds=$2; shift ;;
     --python-store) python_store=$2; shift ;;
-    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+    --etcd) etcd_mode=1 ;;
+    --etcd-members) etcd_members=$2; shift ;;
+    -h|--help) sed -n '2,60p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -116,9 +134,15 @@ cleanup() {
 # On exit the processes stop and their data directories go (about 1.3 GB
 # after a full set: the recovery runs' 100,000 transactions); the logs stay.
 pg_env=""
+etcd_env=""
 cleanup_on_exit() {
   cleanup
   if [[ -n $pg_env ]]; then scripts/pg.sh stop "$pg_env" >/dev/null 2>&1 || true; fi
+  # Only with its env file: without one, etcd.sh stop would take
+  # $TCC_ETCD_DIR, someone else's cluster.
+  if [[ -n $etcd_env && -f $etcd_env ]]; then
+    scripts/etcd.sh stop "$etcd_env" >/dev/null 2>&1 || true
+  fi
   if [[ $keep_data == 0 ]]; then rm -rf "$run_dir"/stack-*; fi
 }
 trap cleanup_on_exit EXIT
@@ -169,7 +193,10 @@ start_baseline() {
 # tccd_pids, tccd_roles (tccd first), tccd_metrics (its /metrics URL) and
 # tccd_data. With "slow-fsync" as $1, every fsync of tccd (WAL group sync,
 # failpoint wal.before_sync) and every synced commit of the participants
-# (failpoint barrier.before_synced_commit) is delayed by 1 ms.
+# (failpoint barrier.before_synced_commit) is delayed by 1 ms. With "etcd" as
+# $1, tccd runs in cluster mode on the etcd of $etcd_endpoints (a cluster of
+# its own under a fresh key prefix, made by `tccd --init-cluster`; the
+# data directory then holds only the node's archive).
 tccd_target="" tccd_pids="" tccd_roles="" tccd_metrics="" tccd_data=""
 tccd_bin=$build_dir/coordinator/tccd
 bank_bin=$build_dir/participant-sdk/examples/bank/tcc-bank
@@ -195,14 +222,49 @@ start_tccd_stack() {
   done
   tccd_participants=("${participants[@]}")
   tccd_data=$dir/tccd
+  local config=$tccd_config listen=127.0.0.1:0
+  if [[ $variant == etcd ]]; then
+    config=$dir/tccd-etcd.yaml
+    listen=127.0.0.1:$(free_port)
+    write_etcd_config "$config" "$listen" "/tcc-bench/$stack_count/"
+    if ! timeout --kill-after=5 60 "$tccd_bin" --config "$config" \
+        --data-dir "$tccd_data" --init-cluster \
+        >"$run_dir/tccd-init-$stack_count.log" 2>&1; then
+      echo "bench.sh: tccd --init-cluster failed; its output:" >&2
+      cat "$run_dir/tccd-init-$stack_count.log" >&2
+      exit 1
+    fi
+  fi
   TCC_FAILPOINTS=$tccd_fp start_server "tccd-$stack_count" "$tccd_bin" \
-    --config "$tccd_config" --data-dir "$tccd_data" \
-    --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${participants[@]}"
+    --config "$config" --data-dir "$tccd_data" \
+    --listen "$listen" --metrics-listen 127.0.0.1:0 "${participants[@]}"
   tccd_target=127.0.0.1:$server_port
   tccd_pids="$server_pid$bank_pids"
   tccd_roles="tccd,bank-a,bank-b"
   tccd_metrics=$(sed -n 's/^metrics: \(http:[^ ]*\)$/\1/p' \
                  "$run_dir/tccd-$stack_count.log" | head -n1)
+}
+
+# A free TCP port on 127.0.0.1 (for tccd's advertise_address in cluster mode,
+# which cannot be port 0; taken meanwhile is unlikely, and fails the start).
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# write_etcd_config FILE LISTEN PREFIX: $tccd_config with its cluster section
+# (the file's last) replaced by one for the etcd of $etcd_endpoints.
+etcd_endpoints=""
+write_etcd_config() {
+  {
+    sed '/^cluster:/,$d' "$tccd_config"
+    echo "cluster:"
+    echo "  enabled: true"
+    echo "  node_id: bench-1"
+    echo "  advertise_address: $2"
+    echo "  key_prefix: $3"
+    echo "  etcd:"
+    echo "    endpoints: [${etcd_endpoints//,/, }]"
+  } >"$1"
 }
 
 # The same stack with the two banks run by the Python SDK's example over
@@ -593,6 +655,105 @@ if [[ $python_banks == 1 ]]; then
        "http_p50_ms=$(median "${http_p50[@]}") http_p99_ms=$(median "${http_p99[@]}")" \
        "grpc_p50_ms=$(median "${grpc_p50[@]}") grpc_p99_ms=$(median "${grpc_p99[@]}")" \
        "cpp_tps=$cpp_tps store=$python_store errors=$total_errors"
+  exit 0
+fi
+
+if [[ $etcd_mode == 1 ]]; then
+  # The same two cases on each store, each stack stopped before the next
+  # starts; etcd runs from the start (its members idle during the
+  # RocksDB runs) and is stopped at exit whatever happens.
+  etcd_env=$run_dir/etcd.env
+  if ! scripts/etcd.sh start --members "$etcd_members" --owner-pid $$ "$etcd_env" \
+      >"$run_dir/etcd-start.log" 2>&1; then
+    echo "bench.sh: etcd did not start; scripts/etcd.sh said:" >&2
+    cat "$run_dir/etcd-start.log" >&2
+    exit 1
+  fi
+  etcd_endpoints=$(sed -n 's/^export TCC_ETCD_ENDPOINTS=//p' "$etcd_env")
+  etcd_pids=$(scripts/etcd.sh pids "$etcd_env" | paste -sd, -)
+  # Which member leads (etcd-N in the table is member mN; tccd's client
+  # talks to the first endpoint, m1, while it answers).
+  etcd_leader() {
+    ETCDCTL_API=3 /usr/bin/etcdctl --endpoints "$etcd_endpoints" \
+      --command-timeout 5s endpoint status -w json 2>/dev/null |
+      python3 -c 'import json, sys
+s = json.load(sys.stdin)
+print(next((f"m{i + 1}" for i, e in enumerate(s)
+            if e["Status"]["header"]["member_id"] == e["Status"]["leader"]), "?"))' \
+      2>/dev/null || echo "?"
+  }
+  headline=(--concurrency 64 --branches 2 --payload-bytes 100)
+  single=(--concurrency 1 --branches 2 --payload-bytes 100)
+  rocksdb_tps=0 rocksdb_p50=0 rocksdb_p99=0 rocksdb_single_p50=0
+  rocksdb_single_p99=0 rocksdb_single_tps=0
+  if start_tccd_stack normal; then
+    run_bench "tccd on RocksDB: C=64, 2 branches, 100 B" "$tccd_target" \
+      "$tccd_pids" "$tccd_roles" "${headline[@]}"
+    rocksdb_tps=$r_tps rocksdb_p50=$r_p50 rocksdb_p99=$r_p99
+    run_bench "tccd on RocksDB: C=1" "$tccd_target" "$tccd_pids" \
+      "$tccd_roles" "${single[@]}"
+    rocksdb_single_tps=$r_tps rocksdb_single_p50=$r_p50 rocksdb_single_p99=$r_p99
+    cleanup
+  else
+    echo "bench.sh: tccd or tcc-bank is missing in $build_dir" >&2
+    exit 1
+  fi
+  # etcd_counts URL: "TXNS APPENDS CLIENT_TXNS ACCEPTED" now (the etcd
+  # counters are sampled by tccd every 250 ms: read after a pause).
+  etcd_counts() {
+    sleep 0.5
+    echo "$(metric "$1" tccd_etcd_txns_total) $(metric "$1" tccd_etcd_appends_total)" \
+      "$(metric "$1" tccd_etcd_client_txns_total)" \
+      "$(metric "$1" 'tccd_transactions_total{event="accepted"}')"
+  }
+  # etcd_ratios BEFORE AFTER: "TXNS_PER_TX APPENDS_PER_TXN CLIENT_TXNS_PER_TX".
+  etcd_ratios() {
+    awk -v b="$1" -v a="$2" 'BEGIN { split(b, x, " "); split(a, y, " ");
+      t = y[1] - x[1]; n = y[2] - x[2]; c = y[3] - x[3]; tx = y[4] - x[4];
+      printf "%.3f %.2f %.3f %d %d %d\n", (tx > 0 ? t / tx : 0),
+        (t > 0 ? n / t : 0), (tx > 0 ? c / tx : 0), t, n, tx }'
+  }
+  etcd_tps=0 etcd_p50=0 etcd_p99=0 etcd_single_tps=0 etcd_single_p50=0
+  etcd_single_p99=0 etcd_txns_per_tx=0 appends_per_txn=0 etcd_note=""
+  if start_tccd_stack etcd; then
+    etcd_roles=$tccd_roles
+    for m in $(seq "$etcd_members"); do etcd_roles+=",etcd-$m"; done
+    etcd_all_pids="$tccd_pids,$etcd_pids"
+    before=$(etcd_counts "$tccd_metrics")
+    run_bench "tccd on etcd ($etcd_members members): C=64, 2 branches, 100 B" \
+      "$tccd_target" "$etcd_all_pids" "$etcd_roles" "${headline[@]}"
+    etcd_tps=$r_tps etcd_p50=$r_p50 etcd_p99=$r_p99
+    after=$(etcd_counts "$tccd_metrics")
+    read -r etcd_txns_per_tx appends_per_txn client_per_tx t n tx \
+      <<<"$(etcd_ratios "$before" "$after")"
+    etcd_note+="Leader during the C=64 run: $(etcd_leader). C=64: $t group-commit etcd Txns for $tx transactions ($etcd_txns_per_tx per transaction), $n appends committed ($appends_per_txn per Txn); every etcd Txn of the node's client (reads included): $client_per_tx per transaction. "
+    before=$after
+    run_bench "tccd on etcd ($etcd_members members): C=1" "$tccd_target" \
+      "$etcd_all_pids" "$etcd_roles" "${single[@]}"
+    etcd_single_tps=$r_tps etcd_single_p50=$r_p50 etcd_single_p99=$r_p99
+    after=$(etcd_counts "$tccd_metrics")
+    read -r s_per_tx s_appends s_client t n tx <<<"$(etcd_ratios "$before" "$after")"
+    etcd_note+="C=1: $t group-commit etcd Txns for $tx transactions ($s_per_tx per transaction), $n appends committed ($s_appends per Txn); every etcd Txn of the client: $s_client per transaction. "
+    echo "bench.sh: etcd: $etcd_note" >&2
+    cleanup
+  fi
+  etcd_ratio=$(awk -v e="$etcd_tps" -v r="$rocksdb_tps" \
+    'BEGIN { if (e > 0 && r > 0) printf "%.3f", e / r; else print 0 }')
+  mkdir -p "$(dirname "$out")"
+  {
+    echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${table_rows[@]}"
+    echo
+    echo "tccd on etcd against tccd on RocksDB at C=64: $etcd_tps / $rocksdb_tps tx/s = $etcd_ratio (p50 $etcd_p50 / $rocksdb_p50 ms, p99 $etcd_p99 / $rocksdb_p99 ms); at C=1: $etcd_single_tps / $rocksdb_single_tps tx/s (p50 $etcd_single_p50 / $rocksdb_single_p50 ms, p99 $etcd_single_p99 / $rocksdb_single_p99 ms). etcd's group commit (counted from tccd's /metrics, warm-up included): $etcd_note"
+    echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); CPU time stolen by the hypervisor over the whole set: $(steal_pct "$ticks_start" "$(cpu_ticks)")%."
+    echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback; tccd with $tccd_config (fsync on; on etcd with its cluster section replaced: one node, 64 shards), banks on the RocksDB barrier (synced), etcd $(/usr/bin/etcd --version 2>/dev/null | sed -n 's/^etcd Version: //p') with $etcd_members members on this machine (scripts/etcd.sh: fsync on)."
+  } | tee "$out"
+  echo "bench.sh: table written to $out; logs in $run_dir" >&2
+  echo "tcc-bench: etcd_tps=$etcd_tps rocksdb_tps=$rocksdb_tps" \
+       "etcd_ratio=$etcd_ratio etcd_txns_per_tx=$etcd_txns_per_tx" \
+       "appends_per_etcd_txn=$appends_per_txn" \
+       "etcd_single_p50_ms=$etcd_single_p50 errors=$total_errors"
   exit 0
 fi
 

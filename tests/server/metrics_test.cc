@@ -61,6 +61,25 @@ TEST_CASE("metrics are served at /metrics with bounded labels") {
   CHECK(body.find("gid") == std::string::npos);
 }
 
+TEST_CASE("the etcd group commit's sampled totals are counters") {
+  tcc::server::CoordinatorMetrics metrics;
+  auto endpoint =
+      tcc::server::MetricsEndpoint::Start("127.0.0.1:0", metrics.registry());
+  REQUIRE(endpoint.ok());
+  metrics.SetEtcdTotals(5, 40, 9);
+  metrics.SetEtcdTotals(7, 50, 12);
+  metrics.SetEtcdTotals(7, 50, 12);  // the same sample again adds nothing
+  auto page = tcc::testing::HttpGet(
+      tcc::testing::LoopbackUrl((*endpoint)->port(), "/metrics"), 10000);
+  REQUIRE(page.ok());
+  const std::string& body = *page;
+  INFO(body);
+  CHECK(body.find("# TYPE tccd_etcd_txns_total counter") != std::string::npos);
+  CHECK(body.find("tccd_etcd_txns_total 7") != std::string::npos);
+  CHECK(body.find("tccd_etcd_appends_total 50") != std::string::npos);
+  CHECK(body.find("tccd_etcd_client_txns_total 12") != std::string::npos);
+}
+
 TEST_CASE("the series alerts and dashboards read exist from the start") {
   // A dashboard cannot tell 0 from no data: each is exported at 0 before
   // its first event.

@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <exception>
 #include <initializer_list>
 #include <string>
@@ -133,6 +134,23 @@ CoordinatorMetrics::CoordinatorMetrics(
               .Name("tccd_wal_synced_appends")
               .Help("Durable WAL appends completed since start (sampled)")
               .Register(*registry_)),
+      etcd_txns_(BuildCounter()
+                     .Name("tccd_etcd_txns_total")
+                     .Help("Cluster mode: etcd Txns the group commit sent "
+                           "for appends (resends included)")
+                     .Register(*registry_)),
+      etcd_appends_(BuildCounter()
+                        .Name("tccd_etcd_appends_total")
+                        .Help("Cluster mode: appends (durable and buffered) "
+                              "the group commit's etcd Txns committed")
+                        .Register(*registry_)),
+      etcd_client_txns_(
+          BuildCounter()
+              .Name("tccd_etcd_client_txns_total")
+              .Help("Cluster mode: every etcd Txn the node's client sent "
+                    "(the group commit's, and reads: views, finishing "
+                    "records, ownership)")
+              .Register(*registry_)),
       participant_rpcs_(
           BuildGauge()
               .Name("tccd_participant_rpcs")
@@ -261,6 +279,20 @@ void CoordinatorMetrics::WalSync(double latency_seconds, int64_t group_size) {
 void CoordinatorMetrics::SetWalTotals(uint64_t syncs, uint64_t synced_appends) {
   wal_syncs_.Add({}).Set(static_cast<double>(syncs));
   wal_synced_appends_.Add({}).Set(static_cast<double>(synced_appends));
+}
+
+void CoordinatorMetrics::SetEtcdTotals(uint64_t group_txns, uint64_t appends,
+                                       uint64_t client_txns) {
+  std::lock_guard<std::mutex> lock(etcd_mu_);
+  auto grow = [](prometheus::Family<prometheus::Counter>& family,
+                 uint64_t& seen, uint64_t total) {
+    prometheus::Counter& counter = family.Add({});
+    if (total > seen) counter.Increment(static_cast<double>(total - seen));
+    seen = std::max(seen, total);
+  };
+  grow(etcd_txns_, etcd_txns_seen_, group_txns);
+  grow(etcd_appends_, etcd_appends_seen_, appends);
+  grow(etcd_client_txns_, etcd_client_txns_seen_, client_txns);
 }
 
 void CoordinatorMetrics::SetParticipantRpcTotals(int64_t single,

@@ -84,6 +84,13 @@ class CoordinatorMetrics {
   // the durable appends they completed since start (their ratio over an
   // interval is the mean group-commit size).
   void SetWalTotals(uint64_t syncs, uint64_t synced_appends);
+  // Cluster mode: the etcd log's group commit since start, sampled: the
+  // etcd Txns it sent for appends (resends included) and the appends they
+  // committed (their ratio over an interval is the mean group size), and
+  // every Txn the node's etcd client sent (reads in Txns too). Exported as
+  // counters; the series exist once the first sample came.
+  void SetEtcdTotals(uint64_t group_txns, uint64_t appends,
+                     uint64_t client_txns);
   // Sampled from the participant transport: gRPC calls sent alone and as
   // Batch calls, the calls those batches carried, and participants found
   // without Batch, since start.
@@ -130,6 +137,9 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Histogram>& wal_group_;
   prometheus::Family<prometheus::Gauge>& wal_syncs_;
   prometheus::Family<prometheus::Gauge>& wal_synced_appends_;
+  prometheus::Family<prometheus::Counter>& etcd_txns_;
+  prometheus::Family<prometheus::Counter>& etcd_appends_;
+  prometheus::Family<prometheus::Counter>& etcd_client_txns_;
   prometheus::Family<prometheus::Gauge>& participant_rpcs_;
   prometheus::Family<prometheus::Gauge>& recovery_;
   prometheus::Family<prometheus::Gauge>& breaker_;
@@ -140,6 +150,10 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>* forwarded_ = nullptr;
   prometheus::Histogram* wal_sync_series_;  // of wal_sync_, made once
   prometheus::Histogram* wal_group_series_;
+  // The etcd totals last sampled (the counters grow by the difference).
+  std::mutex etcd_mu_;
+  uint64_t etcd_txns_seen_ = 0, etcd_appends_seen_ = 0,
+           etcd_client_txns_seen_ = 0;
   SeriesCache<prometheus::Counter> txns_cache_, branch_calls_cache_,
       retries_cache_, unknown_cache_, unknown_resolved_cache_, lookups_cache_,
       shard_changes_cache_, forwarded_cache_;

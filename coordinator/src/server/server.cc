@@ -548,6 +548,11 @@ void Server::Impl::WalStats() {
   if (stopped_) return;
   const wal::LogStats stats = log_->Stats();
   metrics_->SetWalTotals(stats.syncs, stats.synced_appends);
+  if (etcd_log_ != nullptr) {
+    metrics_->SetEtcdTotals(etcd_log_->txns_sent(),
+                            etcd_log_->appends_committed(),
+                            etcd_client_->txns_sent());
+  }
   const rpc::GrpcTransport::Stats calls = transport_->stats();
   metrics_->SetParticipantRpcTotals(calls.single_calls, calls.batches,
                                     calls.batched_calls, calls.batch_fallbacks);

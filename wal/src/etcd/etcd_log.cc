@@ -272,6 +272,7 @@ class EtcdLog::Impl {
     return s;
   }
   uint64_t txns_sent() const { return txns_sent_.load(); }
+  uint64_t appends_committed() const { return appends_committed_.load(); }
   double MeanAppendsPerTxn() const {
     const uint64_t t = txns_committed_.load();
     return t == 0 ? 0.0 : static_cast<double>(appends_committed_.load()) / t;
@@ -1600,6 +1601,9 @@ bool EtcdLog::Owns(uint32_t shard) const { return impl_->Owns(shard); }
 absl::Status EtcdLog::failure() const { return impl_->failure(); }
 const ClusterInfo& EtcdLog::cluster() const { return impl_->cluster(); }
 uint64_t EtcdLog::txns_sent() const { return impl_->txns_sent(); }
+uint64_t EtcdLog::appends_committed() const {
+  return impl_->appends_committed();
+}
 double EtcdLog::MeanAppendsPerTxn() const { return impl_->MeanAppendsPerTxn(); }
 
 }  // namespace tcc::wal

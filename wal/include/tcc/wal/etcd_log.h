@@ -173,9 +173,10 @@ class EtcdLog final : public Log {
   // True while the shard is taken and not lost.
   bool Owns(uint32_t shard) const;
   const ClusterInfo& cluster() const;
-  // etcd Txns sent for appends (resends included), and appends they
-  // carried: the group commit's figures.
+  // etcd Txns sent for appends (resends included), the appends they
+  // committed, and the mean per committed Txn: the group commit's figures.
   uint64_t txns_sent() const;
+  uint64_t appends_committed() const;
   double MeanAppendsPerTxn() const;
 
   class Impl;
