@@ -1,9 +1,13 @@
 #include "rpc/coordinator_service.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "rpc/admin_auth.h"
@@ -425,6 +429,194 @@ class RefusedWatch final
   void OnDone() override { delete this; }
 };
 
+// Cluster mode: a Watch of a gid whose shard this node does not drive. The
+// gid's view is polled every kRelayPollMs with a Get routed anew each time
+// (forwarded to the owner, or served here once the shard moved here), so
+// the stream follows the gid across a takeover or a hand-over; each change
+// is written, and the stream ends after the final state, on NOT_FOUND, when
+// the client goes, or after kRelayMaxUnowned polls without an owner.
+// Callbacks (the Get, the timer) share `State` with the reactor and touch
+// the reactor only until OnDone.
+constexpr int64_t kRelayPollMs = 100;
+constexpr int kRelayMaxUnowned = 600;  // a minute without an owner
+
+// The relays' one timer thread (made on first use, for the process's life):
+// runs each task at its time. Tasks must not block.
+class RelayTimer {
+ public:
+  static RelayTimer& Get() {
+    static RelayTimer* timer = new RelayTimer();  // never destroyed
+    return *timer;
+  }
+  void After(int64_t ms, std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.emplace(
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(ms),
+          std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  RelayTimer() {
+    std::thread([this] { Loop(); }).detach();
+  }
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      if (tasks_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      auto first = tasks_.begin();
+      if (first->first > std::chrono::steady_clock::now()) {
+        cv_.wait_until(lock, first->first);
+        continue;
+      }
+      std::function<void()> task = std::move(first->second);
+      tasks_.erase(first);
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::multimap<std::chrono::steady_clock::time_point, std::function<void()>>
+      tasks_;
+};
+
+class RelayWatch final : public grpc::ServerWriteReactor<tcc::v1::WatchEvent> {
+ public:
+  RelayWatch(CallRouter& router, CoordinatorBackend& backend, std::string gid,
+             std::atomic<uint32_t>& streams)
+      : state_(std::make_shared<State>()), streams_(streams) {
+    state_->router = &router;
+    state_->backend = &backend;
+    state_->gid = std::move(gid);
+    state_->reactor = this;
+    Poll(state_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!ok) return FinishLocked(*state_, grpc::Status::CANCELLED);
+    if (state_->final_sent) return FinishLocked(*state_, grpc::Status::OK);
+    ScheduleLocked(state_);
+  }
+
+  void OnCancel() override {
+    grpc::ClientContext* in_flight = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->cancelled = true;
+      in_flight = state_->client.get();  // not replaced once finished
+      FinishLocked(*state_, grpc::Status::CANCELLED);
+    }
+    if (in_flight != nullptr) in_flight->TryCancel();
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->reactor = nullptr;  // a pending poll finds it gone
+    }
+    streams_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    RelayWatch* reactor = nullptr;  // null once OnDone ran
+    CallRouter* router = nullptr;
+    CoordinatorBackend* backend = nullptr;
+    std::string gid;
+    std::unique_ptr<grpc::ClientContext> client;
+    tcc::v1::GetRequest request;
+    tcc::v1::GetResponse response;
+    tcc::v1::WatchEvent event;
+    std::string last;  // the last view written, serialized
+    int unowned = 0;
+    bool cancelled = false;
+    bool finished = false;
+    bool final_sent = false;
+  };
+
+  static void FinishLocked(State& st, grpc::Status status) {
+    if (st.finished || st.reactor == nullptr) return;
+    st.finished = true;
+    st.reactor->Finish(std::move(status));
+  }
+
+  static void ScheduleLocked(const std::shared_ptr<State>& st) {
+    if (st->finished || st->reactor == nullptr) return;
+    RelayTimer::Get().After(kRelayPollMs, [st] { Poll(st); });
+  }
+
+  // One Get, wherever the gid is served now.
+  static void Poll(const std::shared_ptr<State>& st) {
+    CallRouter::Route route;
+    {
+      std::lock_guard<std::mutex> lock(st->mu);
+      if (st->finished || st->reactor == nullptr) return;
+      route = st->router->ForGid(st->gid);
+      if (route.kind == CallRouter::Route::Kind::kForward) {
+        st->client = std::make_unique<grpc::ClientContext>();
+        st->client->set_deadline(std::chrono::system_clock::now() +
+                                 std::chrono::seconds(5));
+        st->client->AddMetadata(kForwardedHeader, "1");
+        st->request.set_gid(st->gid);
+        st->response.Clear();
+      }
+    }
+    switch (route.kind) {
+      case CallRouter::Route::Kind::kRefuse:
+        return Got(st, route.refusal, nullptr);
+      case CallRouter::Route::Kind::kLocal:
+        st->backend->Get(st->gid, [st](TxnAnswer a) {
+          tcc::v1::TransactionView view;
+          if (a.status.ok()) ToProto(a.view, &view);
+          Got(st, a.status, &view);
+        });
+        return;
+      case CallRouter::Route::Kind::kForward:
+        route.stub->async()->Get(st->client.get(), &st->request, &st->response,
+                                 [st](grpc::Status s) {
+                                   Got(st, FromGrpc(s),
+                                       &st->response.transaction());
+                                 });
+        return;
+    }
+  }
+
+  static void Got(const std::shared_ptr<State>& st, const absl::Status& s,
+                  const tcc::v1::TransactionView* view) {
+    std::lock_guard<std::mutex> lock(st->mu);
+    if (st->finished || st->reactor == nullptr) return;
+    if (st->cancelled) return FinishLocked(*st, grpc::Status::CANCELLED);
+    if (!s.ok()) {
+      const bool moving = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+      if (moving && ++st->unowned < kRelayMaxUnowned) {
+        return ScheduleLocked(st);
+      }
+      return FinishLocked(*st, ToGrpc(s));
+    }
+    st->unowned = 0;
+    std::string now = view->SerializeAsString();
+    if (now == st->last) return ScheduleLocked(st);
+    st->last = std::move(now);
+    *st->event.mutable_transaction() = *view;
+    wal::TxnState state;
+    st->final_sent = FromProto(view->state(), &state) && wal::IsFinal(state);
+    st->reactor->StartWrite(&st->event);
+  }
+
+  std::shared_ptr<State> state_;
+  std::atomic<uint32_t>& streams_;
+};
+
 }  // namespace
 
 grpc::ServerWriteReactor<tcc::v1::WatchEvent>* RefuseWatch(
@@ -463,6 +655,11 @@ grpc::ServerWriteReactor<tcc::v1::WatchEvent>* CoordinatorService::StartWatch(
     streams.fetch_sub(1);
     return new RefusedWatch(absl::ResourceExhaustedError(absl::StrCat(
         "too many Watch streams (limit ", options_.max_watch_streams, ")")));
+  }
+  if (options_.router != nullptr &&
+      options_.router->ForGid(request.gid()).kind !=
+          CallRouter::Route::Kind::kLocal) {
+    return new RelayWatch(*options_.router, backend_, request.gid(), streams);
   }
   auto* reactor = new WatchReactor(streams);
   reactor->Subscribe(backend_, request.gid());
