@@ -278,7 +278,8 @@ TEST_CASE(
   // Rejoined, node 1 serves again: what it forwards to node 2, and its
   // share of the shards once node 2 hands them back.
   auto again = c.Transfer("bank-a", 10, "bank-b", 10, 1);
-  auto served = c.NewClient(10, 10000)->Submit(again);
+  // (20 attempts: about 15 s of backoff, for a loaded machine.)
+  auto served = c.NewClient(20, 10000)->Submit(again);
   INFO(served.status().ToString());
   REQUIRE(served.ok());
   gids.push_back(again.gid());

@@ -59,13 +59,13 @@ void ShardManager::Act(const wal::Membership& m) {
       const bool mine = assigned == options_.node_id;
       const bool overdue =
           now - unowned_since_[k] >= options_.takeover_margin_ms;
-      if (!(mine || overdue) || !actions_.trusted()) continue;
       // A shard this node drives but whose key is gone (it expired with a
       // lease, or was released) is not this node's any more.
       if (actions_.drives(k)) {
         actions_.drop(k, absl::UnavailableError(absl::StrCat(
                              "shard ", k, "'s owner key is gone")));
       }
+      if (!(mine || overdue) || !actions_.trusted()) continue;
       absl::StatusOr<uint64_t> epoch = actions_.adopt(k);
       if (!epoch.ok()) {
         observer_->OnCampaignFailed(k, epoch.status());
