@@ -36,6 +36,10 @@
 #                      (default 2; medians reported)
 #   --python-store S   sqlite (default) or postgres (scripts/pg.sh, started
 #                      and removed here) for the Python banks
+#   --python-http-batch on|off
+#                      on (default): tccd sends the Python banks over HTTP
+#                      batches (participants.NAME.batch: true, POST /batch,
+#                      as gRPC's Batch); off: one request per call
 #
 # Everything runs on 127.0.0.1 with ports picked by the OS; every process
 # started here is stopped on exit (also on error or Ctrl-C), and every step
@@ -60,6 +64,7 @@ tccd_config=config/tccd.yaml
 python_banks=0
 python_rounds=2
 python_store=sqlite
+python_http_batch=on
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -75,7 +80,8 @@ while [[ $# -gt 0 ]]; do
     --python-banks) python_banks=1 ;;
     --python-rounds) python_rounds=$2; shift ;;
     --python-store) python_store=$2; shift ;;
-    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+    --python-http-batch) python_http_batch=$2; shift ;;
+    -h|--help) sed -n '2,50p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -233,9 +239,22 @@ start_python_stack() {
       participants+=(--participant "$bank=127.0.0.1:$server_port")
     fi
   done
+  # Over HTTP with batches: $tccd_config with the banks declared as HTTP
+  # participants serving /batch (the flags above then set their urls).
+  local config=$tccd_config
+  if [[ $protocol == http && $python_http_batch == on ]]; then
+    config=$dir/tccd.yaml
+    awk '/^participants:/ { skip = 1; next } skip && /^[^ #]/ { skip = 0 }
+         !skip { print }' "$tccd_config" >"$config"
+    printf 'participants:\n' >>"$config"
+    for bank in bank-a bank-b; do
+      printf '  %s: {protocol: http, url: "http://127.0.0.1:1", batch: true}\n' \
+        "$bank" >>"$config"
+    done
+  fi
   tccd_data=$dir/tccd
   start_server "tccd-$stack_count" "$tccd_bin" \
-    --config "$tccd_config" --data-dir "$tccd_data" \
+    --config "$config" --data-dir "$tccd_data" \
     --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${participants[@]}"
   tccd_target=127.0.0.1:$server_port
   tccd_pids="$server_pid$bank_pids"
@@ -566,7 +585,9 @@ if [[ $python_banks == 1 ]]; then
   for round in $(seq "$python_rounds"); do
     for protocol in http grpc; do
       start_python_stack "$protocol"
-      run_bench "Python banks over $protocol ($python_store), round $round: C=64, 2 branches, 100 B" \
+      over=$protocol
+      if [[ $protocol == http ]]; then over="http, batch $python_http_batch"; fi
+      run_bench "Python banks over $over ($python_store), round $round: C=64, 2 branches, 100 B" \
         "$tccd_target" "$tccd_pids" "$tccd_roles" "${headline[@]}"
       if [[ $protocol == http ]]; then
         http_tps+=("$r_tps") http_p50+=("$r_p50") http_p99+=("$r_p99")
@@ -584,7 +605,7 @@ if [[ $python_banks == 1 ]]; then
     echo "|---|---|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${table_rows[@]}"
     echo
-    echo "Medians of $python_rounds alternating rounds: Python banks over HTTP $h tx/s (p50 $(median "${http_p50[@]}") ms, p99 $(median "${http_p99[@]}") ms), over gRPC $g tx/s (p50 $(median "${grpc_p50[@]}") ms, p99 $(median "${grpc_p99[@]}") ms): HTTP/gRPC $ratio. C++ banks: $cpp_tps tx/s."
+    echo "Medians of $python_rounds alternating rounds: Python banks over HTTP (batch $python_http_batch) $h tx/s (p50 $(median "${http_p50[@]}") ms, p99 $(median "${http_p99[@]}") ms), over gRPC $g tx/s (p50 $(median "${grpc_p50[@]}") ms, p99 $(median "${grpc_p99[@]}") ms): HTTP/gRPC $ratio. C++ banks: $cpp_tps tx/s."
     echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); CPU time stolen by the hypervisor over the whole set: $(steal_pct "$ticks_start" "$(cpu_ticks)")%."
     echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback; tccd with $tccd_config."
   } | tee "$out"
@@ -592,7 +613,7 @@ if [[ $python_banks == 1 ]]; then
   echo "tcc-bench-python: http_tps=$h grpc_tps=$g ratio=$ratio" \
        "http_p50_ms=$(median "${http_p50[@]}") http_p99_ms=$(median "${http_p99[@]}")" \
        "grpc_p50_ms=$(median "${grpc_p50[@]}") grpc_p99_ms=$(median "${grpc_p99[@]}")" \
-       "cpp_tps=$cpp_tps store=$python_store errors=$total_errors"
+       "cpp_tps=$cpp_tps store=$python_store http_batch=$python_http_batch errors=$total_errors"
   exit 0
 fi
 
