@@ -528,13 +528,17 @@ void HttpTransport::Impl::OnBatchAnswer(Pool& pool, uint64_t id,
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return;  // dropped, as calls waiting at Shutdown
-      if (!pool.no_batch) ++stats_.batch_fallbacks;
     }
-    std::lock_guard<std::mutex> lock(pool.mu);
-    pool.no_batch = true;
-    for (auto it = calls.rbegin(); it != calls.rend(); ++it) {
-      pool.waiting.push_front(std::move(*it));
+    bool first_refusal;
+    {
+      std::lock_guard<std::mutex> lock(pool.mu);
+      first_refusal = !pool.no_batch;
+      pool.no_batch = true;
+      for (auto it = calls.rbegin(); it != calls.rend(); ++it) {
+        pool.waiting.push_front(std::move(*it));
+      }
     }
+    if (first_refusal) Count(&Stats::batch_fallbacks);
     return;
   }
   tcc::v1::BatchResponse response;

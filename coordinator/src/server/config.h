@@ -121,8 +121,9 @@ struct ParticipantCallsConfig {
   uint32_t batch_max_calls = 1024;
   uint64_t batch_max_bytes = 1024 * 1024;
   uint32_t max_outstanding = 512;
-  // HTTP participants (no Batch): keep-alive connections to each, the most
-  // calls in flight to it (participants.NAME.connections overrides).
+  // HTTP participants without batch (no batches): keep-alive connections to
+  // each, the most calls in flight to it (participants.NAME.connections
+  // overrides). With batch, the fields above apply (the bytes: JSON's).
   uint32_t http_connections = 32;
 };
 
