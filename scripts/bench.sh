@@ -49,6 +49,10 @@
 #                        etcd_single_p50_ms=N errors=N
 #   --etcd-members N   with --etcd: 3 (default) or 1 member (to see what
 #                      the replication costs on this machine)
+#   --python-http-batch on|off
+#                      on (default): tccd sends the Python banks over HTTP
+#                      batches (participants.NAME.batch: true, POST /batch,
+#                      as gRPC's Batch); off: one request per call
 #
 # Everything runs on 127.0.0.1 with ports picked by the OS; every process
 # started here is stopped on exit (also on error or Ctrl-C), and every step
@@ -76,6 +80,7 @@ python_rounds=2
 python_store=sqlite
 etcd_mode=0
 etcd_members=3
+python_http_batch=on
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -91,9 +96,10 @@ while [[ $# -gt 0 ]]; do
     --python-banks) python_banks=1 ;;
     --python-rounds) python_rounds=$2; shift ;;
     --python-store) python_store=$2; shift ;;
+    --python-http-batch) python_http_batch=$2; shift ;;
     --etcd) etcd_mode=1 ;;
     --etcd-members) etcd_members=$2; shift ;;
-    -h|--help) sed -n '2,60p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,64p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -295,9 +301,22 @@ start_python_stack() {
       participants+=(--participant "$bank=127.0.0.1:$server_port")
     fi
   done
+  # Over HTTP with batches: $tccd_config with the banks declared as HTTP
+  # participants serving /batch (the flags above then set their urls).
+  local config=$tccd_config
+  if [[ $protocol == http && $python_http_batch == on ]]; then
+    config=$dir/tccd.yaml
+    awk '/^participants:/ { skip = 1; next } skip && /^[^ #]/ { skip = 0 }
+         !skip { print }' "$tccd_config" >"$config"
+    printf 'participants:\n' >>"$config"
+    for bank in bank-a bank-b; do
+      printf '  %s: {protocol: http, url: "http://127.0.0.1:1", batch: true}\n' \
+        "$bank" >>"$config"
+    done
+  fi
   tccd_data=$dir/tccd
   start_server "tccd-$stack_count" "$tccd_bin" \
-    --config "$tccd_config" --data-dir "$tccd_data" \
+    --config "$config" --data-dir "$tccd_data" \
     --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${participants[@]}"
   tccd_target=127.0.0.1:$server_port
   tccd_pids="$server_pid$bank_pids"
@@ -628,7 +647,9 @@ if [[ $python_banks == 1 ]]; then
   for round in $(seq "$python_rounds"); do
     for protocol in http grpc; do
       start_python_stack "$protocol"
-      run_bench "Python banks over $protocol ($python_store), round $round: C=64, 2 branches, 100 B" \
+      over=$protocol
+      if [[ $protocol == http ]]; then over="http, batch $python_http_batch"; fi
+      run_bench "Python banks over $over ($python_store), round $round: C=64, 2 branches, 100 B" \
         "$tccd_target" "$tccd_pids" "$tccd_roles" "${headline[@]}"
       if [[ $protocol == http ]]; then
         http_tps+=("$r_tps") http_p50+=("$r_p50") http_p99+=("$r_p99")
@@ -646,7 +667,7 @@ if [[ $python_banks == 1 ]]; then
     echo "|---|---|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${table_rows[@]}"
     echo
-    echo "Medians of $python_rounds alternating rounds: Python banks over HTTP $h tx/s (p50 $(median "${http_p50[@]}") ms, p99 $(median "${http_p99[@]}") ms), over gRPC $g tx/s (p50 $(median "${grpc_p50[@]}") ms, p99 $(median "${grpc_p99[@]}") ms): HTTP/gRPC $ratio. C++ banks: $cpp_tps tx/s."
+    echo "Medians of $python_rounds alternating rounds: Python banks over HTTP (batch $python_http_batch) $h tx/s (p50 $(median "${http_p50[@]}") ms, p99 $(median "${http_p99[@]}") ms), over gRPC $g tx/s (p50 $(median "${grpc_p50[@]}") ms, p99 $(median "${grpc_p99[@]}") ms): HTTP/gRPC $ratio. C++ banks: $cpp_tps tx/s."
     echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); CPU time stolen by the hypervisor over the whole set: $(steal_pct "$ticks_start" "$(cpu_ticks)")%."
     echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback; tccd with $tccd_config."
   } | tee "$out"
@@ -654,7 +675,7 @@ if [[ $python_banks == 1 ]]; then
   echo "tcc-bench-python: http_tps=$h grpc_tps=$g ratio=$ratio" \
        "http_p50_ms=$(median "${http_p50[@]}") http_p99_ms=$(median "${http_p99[@]}")" \
        "grpc_p50_ms=$(median "${grpc_p50[@]}") grpc_p99_ms=$(median "${grpc_p99[@]}")" \
-       "cpp_tps=$cpp_tps store=$python_store errors=$total_errors"
+       "cpp_tps=$cpp_tps store=$python_store http_batch=$python_http_batch errors=$total_errors"
   exit 0
 fi
 

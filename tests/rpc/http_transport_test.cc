@@ -6,7 +6,10 @@
 // says; an endless, oversized or missing answer ends by the deadline or the
 // body limit without a crash; the pool never opens more connections than it
 // may, also over 1,000 calls; a connection the participant closed while idle
-// is replaced without losing the call; Shutdown ends calls in flight.
+// is replaced without losing the call; Shutdown ends calls in flight. With
+// batch: the calls that waited leave as one /batch, each answered by its
+// result, an error of the /batch is every call's (tagged once), and a
+// participant without /batch gets single calls.
 #include "rpc/http_transport.h"
 
 #include <google/protobuf/util/json_util.h>
@@ -456,6 +459,215 @@ TEST_CASE("Shutdown ends calls in flight (CANCELLED) and drops waiting ones") {
   Answers<runtime::BranchAnswer> late(1);
   t->Call(c.call, 1000, late.Slot(0));
   CHECK(!late.Wait(1, 300));
+}
+
+// A transport whose participant serves /batch, one request in flight.
+std::unique_ptr<HttpTransport> BatchingTransport(int port, int connections = 4,
+                                                 int in_flight = 1) {
+  HttpEndpoint e;
+  e.host = "127.0.0.1";
+  e.port = static_cast<uint16_t>(port);
+  e.max_connections = connections;
+  e.batch = true;
+  e.batch_requests_in_flight = in_flight;
+  auto t = HttpTransport::Create({{"p", e}}, {.max_response_bytes = 64 << 10});
+  REQUIRE(t.ok());
+  return std::move(*t);
+}
+
+// Holds the first request in the handler until Release().
+class Gate {
+ public:
+  void HoldHere() {
+    std::unique_lock<std::mutex> lock(mu_);
+    held_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+  }
+  bool WaitHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return held_; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool held_ = false;
+  bool open_ = false;
+};
+
+TEST_CASE(
+    "batch: calls made while a request is in flight leave together as one "
+    "/batch, each answered as its own result says") {
+  Gate gate;
+  std::mutex mu;
+  std::vector<http::request<http::string_body>> seen;
+  HttpTestServer server([&](const http::request<http::string_body>& req) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.push_back(req);
+    }
+    if (req.target() == "/try") {
+      gate.HoldHere();
+      return Executed();
+    }
+    v1::BatchResponse resp;
+    resp.add_results()->mutable_branch()->set_outcome(v1::OUTCOME_EXECUTED);
+    auto* r = resp.add_results();
+    r->mutable_branch()->set_outcome(v1::OUTCOME_REJECTED);
+    r->mutable_branch()->set_replayed(true);
+    r = resp.add_results();
+    r->set_code(9);  // FAILED_PRECONDITION
+    r->set_error_message("confirm without try");
+    resp.add_results()->mutable_query()->set_state(v1::BARRIER_STATE_TRIED);
+    resp.add_results();  // code 0 without its reply
+    return Json(resp);
+  });
+  auto t = BatchingTransport(server.port());
+  Branch first("g-0");
+  Answers<runtime::BranchAnswer> answers(5);
+  t->Call(first.call, 5000, answers.Slot(0));
+  REQUIRE(gate.WaitHeld());
+  Branch b1("g-1"), b2("g-2"), b3("g-3", wal::Phase::kConfirm),
+      b4("g-4", wal::Phase::kCancel);
+  t->Call(b1.call, 5000, answers.Slot(1));
+  t->Call(b2.call, 5000, answers.Slot(2));
+  t->Call(b3.call, 5000, answers.Slot(3));
+  runtime::QueryCall q;
+  q.participant = "p";
+  q.gid = "g-5";
+  q.created_at_ms = 1764633600000;
+  q.branch_id = "b1";
+  Answers<runtime::QueryAnswer> queried(1);
+  t->Query(q, 7000, queried.Slot(0));
+  t->Call(b4.call, 5000, answers.Slot(4));
+  gate.Release();
+  REQUIRE(answers.Wait(5));
+  REQUIRE(queried.Wait(1));
+
+  REQUIRE(answers.Get(0).ok());
+  REQUIRE(answers.Get(1).ok());
+  CHECK(answers.Get(1)->outcome == wal::Outcome::kExecuted);
+  REQUIRE(answers.Get(2).ok());
+  CHECK(answers.Get(2)->outcome == wal::Outcome::kRejected);
+  CHECK(answers.Get(2)->replayed);
+  CHECK(answers.Get(3).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
+  CHECK(answers.Get(3).status().message() == "confirm without try");
+  REQUIRE(queried.Get(0).ok());
+  CHECK(queried.Get(0)->state == core::BarrierState::kTried);
+  CHECK(answers.Get(4).status().code() == absl::StatusCode::kUnknown);
+  // Every error of the batch carries its id, for the breaker.
+  CHECK(runtime::RpcOf(answers.Get(3).status()) != 0);
+  CHECK(runtime::RpcOf(answers.Get(3).status()) ==
+        runtime::RpcOf(answers.Get(4).status()));
+
+  std::lock_guard<std::mutex> lock(mu);
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[1].target() == "/batch");
+  CHECK(seen[1]["Tcc-Timeout-Ms"] == "7000");  // the longest timeout
+  v1::BatchRequest batch;
+  REQUIRE(
+      google::protobuf::util::JsonStringToMessage(seen[1].body(), &batch).ok());
+  REQUIRE(batch.calls_size() == 5);
+  CHECK(batch.calls(0).try_call().key().gid() == "g-1");
+  CHECK(batch.calls(1).try_call().key().gid() == "g-2");
+  CHECK(batch.calls(2).confirm_call().key().gid() == "g-3");
+  CHECK(batch.calls(3).query_call().key().gid() == "g-5");
+  CHECK(batch.calls(4).cancel_call().key().gid() == "g-4");
+  CHECK(batch.calls(4).cancel_call().try_deadline_ms() == 1764633610000);
+  CHECK(server.max_open() == 1);  // one request in flight at most
+  CHECK(t->stats().batches == 1);
+  CHECK(t->stats().batched_calls == 5);
+}
+
+TEST_CASE(
+    "batch: an error of the /batch is every call's, tagged once; a wrong "
+    "number of results or a body that does not parse is unknown") {
+  struct Row {
+    HttpReply reply;
+    absl::StatusCode code;
+  };
+  v1::BatchResponse one;
+  one.add_results()->mutable_branch()->set_outcome(v1::OUTCOME_EXECUTED);
+  const std::vector<Row> rows = {
+      {Json(one), absl::StatusCode::kUnknown},  // 1 result for 2 calls
+      {Body(200, "{\"results\": 5"), absl::StatusCode::kUnknown},
+      {Body(503, ""), absl::StatusCode::kUnavailable},
+      {Body(400, ""), absl::StatusCode::kInvalidArgument},
+  };
+  for (const Row& row : rows) {
+    INFO("status " << row.reply.status << " body " << row.reply.body);
+    Gate gate;
+    HttpTestServer server([&](const http::request<http::string_body>& req) {
+      if (req.target() == "/try") {
+        gate.HoldHere();
+        return Executed();
+      }
+      return row.reply;
+    });
+    auto t = BatchingTransport(server.port());
+    Branch b0("g-0"), b1("g-1"), b2("g-2");
+    Answers<runtime::BranchAnswer> answers(3);
+    t->Call(b0.call, 5000, answers.Slot(0));
+    REQUIRE(gate.WaitHeld());
+    t->Call(b1.call, 5000, answers.Slot(1));
+    t->Call(b2.call, 5000, answers.Slot(2));
+    gate.Release();
+    REQUIRE(answers.Wait(3));
+    REQUIRE(answers.Get(0).ok());
+    for (size_t i : {1, 2}) {
+      CHECK(answers.Get(i).status().code() == row.code);
+    }
+    CHECK(runtime::RpcOf(answers.Get(1).status()) != 0);
+    CHECK(runtime::RpcOf(answers.Get(1).status()) ==
+          runtime::RpcOf(answers.Get(2).status()));
+  }
+}
+
+TEST_CASE(
+    "batch: a /batch answered 404 gets single calls from then on; no call "
+    "is lost and the pool opens up to its connections") {
+  Gate gate;
+  std::atomic<int> batches{0};
+  std::atomic<int> singles{0};
+  HttpTestServer server([&](const http::request<http::string_body>& req) {
+    if (req.target() == "/batch") {
+      ++batches;
+      return Body(404, "no such path");
+    }
+    if (singles++ == 0) gate.HoldHere();
+    return Executed();
+  });
+  auto t = BatchingTransport(server.port(), 3);
+  constexpr size_t kCalls = 8;
+  std::vector<std::unique_ptr<Branch>> branches;
+  Answers<runtime::BranchAnswer> answers(kCalls);
+  branches.push_back(std::make_unique<Branch>("g-0"));
+  t->Call(branches.back()->call, 5000, answers.Slot(0));
+  REQUIRE(gate.WaitHeld());
+  for (size_t i = 1; i < kCalls; ++i) {
+    branches.push_back(std::make_unique<Branch>("g-" + std::to_string(i)));
+    t->Call(branches.back()->call, 5000, answers.Slot(i));
+  }
+  gate.Release();
+  REQUIRE(answers.Wait(kCalls));
+  for (size_t i = 0; i < kCalls; ++i) {
+    INFO("call " << i);
+    CHECK(answers.Get(i).ok());
+  }
+  CHECK(batches == 1);
+  CHECK(singles == static_cast<int>(kCalls));
+  CHECK(t->stats().batch_fallbacks == 1);
+  CHECK(server.max_open() <= 3);
+  // Later calls go alone at once.
+  REQUIRE(CallOnce(*t).ok());
+  CHECK(batches == 1);
 }
 
 }  // namespace

@@ -318,6 +318,34 @@ participants:
         std::string::npos);
 }
 
+TEST_CASE("HTTP participants with batch: true take rpcs_in_flight") {
+  auto c = ParseConfig(R"(
+participants:
+  py:
+    protocol: http
+    url: http://127.0.0.1:8081
+    batch: true
+    rpcs_in_flight: 2
+  plain: http://127.0.0.1:8082
+)",
+                       "t");
+  REQUIRE(c.ok());
+  CHECK(c->participants.at("py").batch);
+  CHECK(c->participants.at("py").rpcs_in_flight == 2);
+  CHECK(!c->participants.at("plain").batch);  // off unless said
+  CHECK(ErrorOf("participants:\n  a:\n    address: h:1\n    batch: true\n")
+            .find("participants.a.batch: for protocol http") !=
+        std::string::npos);
+  // A --participant flag sets the url and keeps the config's batch.
+  Config f = *c;
+  REQUIRE(tcc::server::AddParticipantFlag(f, "py=http://127.0.0.1:9").ok());
+  CHECK(f.participants.at("py").batch);
+  CHECK(f.participants.at("py").rpcs_in_flight == 2);
+  CHECK(tcc::server::ValidateConfig(f).ok());
+  REQUIRE(tcc::server::AddParticipantFlag(f, "py=127.0.0.1:9").ok());
+  CHECK(!f.participants.at("py").batch);
+}
+
 TEST_CASE("--participant flag with an HTTP url") {
   Config c;
   REQUIRE(tcc::server::AddParticipantFlag(c, "py=http://127.0.0.1:9/x").ok());

@@ -3,6 +3,8 @@
 #include <google/protobuf/util/json_util.h>
 #include <openssl/ssl.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -19,6 +21,7 @@
 #include <boost/beast/ssl.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <optional>
@@ -92,19 +95,63 @@ const char* PathOf(ParticipantOp op) {
   return "/try";
 }
 
+const char* BatchFieldOf(ParticipantOp op) {
+  switch (op) {
+    case ParticipantOp::kTry:
+      return "try_call";
+    case ParticipantOp::kConfirm:
+      return "confirm_call";
+    case ParticipantOp::kCancel:
+      return "cancel_call";
+  }
+  return "try_call";
+}
+
 // An HTTP answer as it came: the status and the body.
 struct Answer {
   int status = 0;
   std::string body;
 };
 
-// One request waiting for, or on, a connection.
+// One request waiting for, or on, a connection: a single call, or a
+// /batch of them (made when it leaves).
 struct Job {
   std::string target;  // path
   std::string body;    // JSON
   int64_t timeout_ms = 0;
   std::function<void(absl::StatusOr<Answer>)> done;
+  // A single call: its field in a BatchCall ("try_call", ...) and where its
+  // result goes when it travels in a /batch (an error, or a result whose
+  // code is 0 carrying the reply its field expects). Null in a /batch.
+  const char* batch_field = nullptr;
+  std::function<void(absl::StatusOr<tcc::v1::BatchResult>)> batch_done;
 };
+
+constexpr char kQueryField[] = "query_call";
+
+// What a call adds to a /batch body beyond its own JSON: {"FIELD":...} and
+// a comma; and the body's own {"calls":[]}.
+int64_t BatchedBytes(const Job& job) {
+  return static_cast<int64_t>(job.body.size() + std::strlen(job.batch_field)) +
+         6;
+}
+constexpr int64_t kBatchEnvelopeBytes = 12;
+
+// A /batch answered with one of these has no /batch there: nothing ran.
+bool NoBatchThere(int http_status) {
+  return http_status == 404 || http_status == 405 || http_status == 501;
+}
+
+bool TakeReply(tcc::v1::BatchResult& r, tcc::v1::BranchResponse* out) {
+  if (!r.has_branch()) return false;
+  *out = std::move(*r.mutable_branch());
+  return true;
+}
+bool TakeReply(tcc::v1::BatchResult& r, tcc::v1::QueryResponse* out) {
+  if (!r.has_query()) return false;
+  *out = std::move(*r.mutable_query());
+  return true;
+}
 
 // A keep-alive connection: plaintext or TLS, connected on first use.
 struct Connection {
@@ -179,7 +226,8 @@ class HttpTransport::Impl {
     std::deque<Job> waiting;                        // under mu
     std::vector<std::unique_ptr<Connection>> idle;  // under mu
     std::set<Connection*> busy;                     // under mu
-    int open = 0;  // idle + busy + being opened; <= max_connections
+    int open = 0;           // idle + busy + being opened; <= Limit(), under mu
+    bool no_batch = false;  // /batch refused (under mu)
   };
 
   explicit Impl(Options options)
@@ -197,6 +245,18 @@ class HttpTransport::Impl {
 
   // Sends `job` on a free connection, or queues it.
   void Submit(Pool& pool, Job job);
+  // Whether waiting calls to `pool` leave together. REQUIRES: pool.mu held.
+  bool Batching(const Pool& pool) const {
+    return pool.endpoint.batch && !pool.no_batch &&
+           options_.batch_max_calls > 1;
+  }
+  // Connections (so requests in flight) to `pool` at most. REQUIRES:
+  // pool.mu held.
+  int Limit(const Pool& pool) const {
+    return Batching(pool) ? std::min(pool.endpoint.max_connections,
+                                     pool.endpoint.batch_requests_in_flight)
+                          : pool.endpoint.max_connections;
+  }
   // Runs `fn` on the I/O thread (dropped once stopping).
   void Post(std::function<void()> fn) {
     {
@@ -225,9 +285,17 @@ class HttpTransport::Impl {
   absl::Status ErrorOf(const beast::error_code& ec, const Deadline& deadline,
                        const Job& job, std::string_view during) const;
   void EndCoroutine();
-  void Count(int64_t Stats::*field) {
+  // The next request from `pool.waiting` (not empty): its first call, or
+  // with batching the calls that fit in one /batch (`*batched` of them; 0
+  // for a single call). REQUIRES: pool.mu held.
+  Job TakeNext(Pool& pool, int* batched);
+  // Gives each call of a /batch its result, or the request's error tagged
+  // with `id`; a /batch that is not there puts the calls back in front.
+  void OnBatchAnswer(Pool& pool, uint64_t id, std::vector<Job>& calls,
+                     absl::StatusOr<Answer> answer);
+  void Count(int64_t Stats::*field, int64_t n = 1) {
     std::lock_guard<std::mutex> lock(mu_);
-    ++(stats_.*field);
+    stats_.*field += n;
   }
 
   const Options options_;
@@ -241,6 +309,7 @@ class HttpTransport::Impl {
   bool stopping_ = false;  // under mu_
   int running_ = 0;        // Serve coroutines, under mu_
   Stats stats_;            // under mu_
+  std::atomic<uint64_t> next_batch_id_{0};
 };
 
 absl::Status HttpTransport::Impl::AddPool(const std::string& name,
@@ -249,6 +318,8 @@ absl::Status HttpTransport::Impl::AddPool(const std::string& name,
   pool->name = name;
   pool->host_header = absl::StrCat(endpoint.host, ":", endpoint.port);
   endpoint.max_connections = std::max(1, endpoint.max_connections);
+  endpoint.batch_requests_in_flight =
+      std::max(1, endpoint.batch_requests_in_flight);
   if (endpoint.tls) {
     std::string key = "ca_file";
     try {
@@ -291,7 +362,7 @@ void HttpTransport::Impl::Submit(Pool& pool, Job job) {
     if (!pool.idle.empty()) {
       connection = std::move(pool.idle.back());
       pool.idle.pop_back();
-    } else if (pool.open < pool.endpoint.max_connections) {
+    } else if (pool.open < Limit(pool)) {
       ++pool.open;
       connection = std::make_unique<Connection>();
     } else {
@@ -355,6 +426,10 @@ awaitable<void> HttpTransport::Impl::Serve(
     }
     job.done(std::move(answer));
     std::optional<Job> next;
+    int batched = 0;
+    // Calls a grown limit (a /batch refused) lets leave now, each on a
+    // connection of its own.
+    std::vector<Job> more;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping = stopping_;
@@ -365,26 +440,138 @@ awaitable<void> HttpTransport::Impl::Serve(
       if (!reusable || stopping) {
         connection.reset();
         --pool.open;
-        if (!stopping && !pool.waiting.empty() &&
-            pool.open < pool.endpoint.max_connections) {
+        if (!stopping && !pool.waiting.empty() && pool.open < Limit(pool)) {
           ++pool.open;
           connection = std::make_unique<Connection>();
         }
       }
       if (connection) {
         if (!pool.waiting.empty()) {
-          next = std::move(pool.waiting.front());
-          pool.waiting.pop_front();
+          next = TakeNext(pool, &batched);
           pool.busy.insert(connection.get());
         } else {
           pool.idle.push_back(std::move(connection));
         }
       }
+      while (!stopping && !pool.waiting.empty() && pool.open < Limit(pool)) {
+        ++pool.open;
+        int ignored;
+        more.push_back(TakeNext(pool, &ignored));
+      }
+    }
+    if (batched > 0) {
+      Count(&Stats::batches);
+      Count(&Stats::batched_calls, batched);
+    }
+    for (Job& extra : more) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++running_;
+      }
+      auto fresh = std::make_unique<Connection>();
+      {
+        std::lock_guard<std::mutex> lock(pool.mu);
+        pool.busy.insert(fresh.get());
+      }
+      asio::co_spawn(ctx_, Serve(pool, std::move(fresh), std::move(extra)),
+                     asio::detached);
     }
     if (!next) break;
     job = std::move(*next);
   }
   EndCoroutine();
+}
+
+Job HttpTransport::Impl::TakeNext(Pool& pool, int* batched) {
+  *batched = 0;
+  Job first = std::move(pool.waiting.front());
+  pool.waiting.pop_front();
+  if (!Batching(pool) || pool.waiting.empty()) return first;
+  int64_t bytes = kBatchEnvelopeBytes + BatchedBytes(first);
+  if (bytes > options_.batch_max_bytes) return first;  // it travels alone
+  std::vector<Job> calls;
+  calls.push_back(std::move(first));
+  while (!pool.waiting.empty() &&
+         static_cast<int>(calls.size()) < options_.batch_max_calls &&
+         bytes + BatchedBytes(pool.waiting.front()) <=
+             options_.batch_max_bytes) {
+    bytes += BatchedBytes(pool.waiting.front());
+    calls.push_back(std::move(pool.waiting.front()));
+    pool.waiting.pop_front();
+  }
+  if (calls.size() == 1) return std::move(calls.front());
+  *batched = static_cast<int>(calls.size());
+  // The body: each call's JSON (json_util's, made by Send) as its
+  // BatchCall field, in order: {"calls":[{"try_call":{...}},...]}.
+  Job batch;
+  batch.target = "/batch";
+  batch.body.reserve(static_cast<size_t>(bytes));
+  batch.body = "{\"calls\":[";
+  for (size_t i = 0; i < calls.size(); ++i) {
+    absl::StrAppend(&batch.body, i == 0 ? "" : ",", "{\"", calls[i].batch_field,
+                    "\":", calls[i].body, "}");
+    batch.timeout_ms = std::max(batch.timeout_ms, calls[i].timeout_ms);
+  }
+  batch.body += "]}";
+  const uint64_t id = ++next_batch_id_;
+  auto shared = std::make_shared<std::vector<Job>>(std::move(calls));
+  batch.done = [this, &pool, id, shared](absl::StatusOr<Answer> answer) {
+    OnBatchAnswer(pool, id, *shared, std::move(answer));
+  };
+  return batch;
+}
+
+void HttpTransport::Impl::OnBatchAnswer(Pool& pool, uint64_t id,
+                                        std::vector<Job>& calls,
+                                        absl::StatusOr<Answer> answer) {
+  if (answer.ok() && NoBatchThere(answer->status)) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return;  // dropped, as calls waiting at Shutdown
+    }
+    bool first_refusal;
+    {
+      std::lock_guard<std::mutex> lock(pool.mu);
+      first_refusal = !pool.no_batch;
+      pool.no_batch = true;
+      for (auto it = calls.rbegin(); it != calls.rend(); ++it) {
+        pool.waiting.push_front(std::move(*it));
+      }
+    }
+    if (first_refusal) Count(&Stats::batch_fallbacks);
+    return;
+  }
+  tcc::v1::BatchResponse response;
+  absl::Status error = answer.status();
+  if (error.ok()) error = StatusOfHttpAnswer(answer->status, answer->body);
+  if (error.ok()) error = ParseAnswer(answer->body, &response);
+  if (error.ok() && response.results_size() != static_cast<int>(calls.size())) {
+    error = absl::UnknownError(
+        absl::StrCat("participant answered a /batch of ", calls.size(),
+                     " calls with ", response.results_size(), " results"));
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Job& c = calls[i];
+    absl::Status s = error;
+    tcc::v1::BatchResult* r = nullptr;
+    if (s.ok()) {
+      r = response.mutable_results(static_cast<int>(i));
+      const bool query = std::strcmp(c.batch_field, kQueryField) == 0;
+      if (r->code() != 0) {
+        s = absl::Status(static_cast<absl::StatusCode>(r->code()),
+                         r->error_message());
+      } else if (query ? !r->has_query() : !r->has_branch()) {
+        s = absl::UnknownError(
+            "participant answered a batched call without its reply");
+      }
+    }
+    if (!s.ok()) {
+      runtime::TagRpc(s, id);
+      c.batch_done(std::move(s));
+    } else {
+      c.batch_done(std::move(*r));
+    }
+  }
 }
 
 absl::Status HttpTransport::Impl::ErrorOf(const beast::error_code& ec,
@@ -606,8 +793,8 @@ HttpTransport::Stats HttpTransport::stats() const { return impl_->stats(); }
 // answer read as `Response` and converted by `convert`, or the error.
 template <typename Response, typename Request, typename Done, typename Convert>
 void HttpTransport::Send(const std::string& participant, const char* target,
-                         const Request& request, int64_t timeout_ms, Done done,
-                         Convert convert) {
+                         const char* batch_field, const Request& request,
+                         int64_t timeout_ms, Done done, Convert convert) {
   Impl::Pool* pool = impl_->Find(participant);
   if (pool == nullptr) {
     // The router sends only HTTP participants here.
@@ -629,36 +816,49 @@ void HttpTransport::Send(const std::string& participant, const char* target,
     });
     return;
   }
-  job.done = [done = std::move(done),
-              convert = std::move(convert)](absl::StatusOr<Answer> answer) {
-    if (!answer.ok()) return done(answer.status());
+  // Alone or in a /batch: one of the two runs, once.
+  auto reply = std::make_shared<std::pair<Done, Convert>>(std::move(done),
+                                                          std::move(convert));
+  job.done = [reply](absl::StatusOr<Answer> answer) {
+    if (!answer.ok()) return reply->first(answer.status());
     if (absl::Status s = StatusOfHttpAnswer(answer->status, answer->body);
         !s.ok()) {
-      return done(s);
+      return reply->first(s);
     }
     Response response;
     if (absl::Status s = ParseAnswer(answer->body, &response); !s.ok()) {
-      return done(s);
+      return reply->first(s);
     }
-    done(convert(std::move(response)));
+    reply->first(reply->second(std::move(response)));
+  };
+  job.batch_field = batch_field;
+  job.batch_done = [reply](absl::StatusOr<tcc::v1::BatchResult> result) {
+    if (!result.ok()) return reply->first(result.status());
+    Response response;
+    if (!TakeReply(*result, &response)) {  // OnBatchAnswer checked
+      return reply->first(absl::InternalError("batched reply missing"));
+    }
+    reply->first(reply->second(std::move(response)));
   };
   impl_->Submit(*pool, std::move(job));
 }
 
 void HttpTransport::Call(const runtime::BranchCall& call, int64_t timeout_ms,
                          runtime::BranchDone done) {
-  Send<tcc::v1::BranchResponse>(
-      call.spec->participant, PathOf(OpOf(call.phase)), BranchRequestOf(call),
-      timeout_ms, std::move(done), [](tcc::v1::BranchResponse response) {
-        return BranchAnswerOf(std::move(response));
-      });
+  const ParticipantOp op = OpOf(call.phase);
+  Send<tcc::v1::BranchResponse>(call.spec->participant, PathOf(op),
+                                BatchFieldOf(op), BranchRequestOf(call),
+                                timeout_ms, std::move(done),
+                                [](tcc::v1::BranchResponse response) {
+                                  return BranchAnswerOf(std::move(response));
+                                });
 }
 
 void HttpTransport::Query(const runtime::QueryCall& query, int64_t timeout_ms,
                           runtime::QueryDone done) {
   Send<tcc::v1::QueryResponse>(
-      query.participant, "/query", QueryRequestOf(query), timeout_ms,
-      std::move(done), [](const tcc::v1::QueryResponse& response) {
+      query.participant, "/query", kQueryField, QueryRequestOf(query),
+      timeout_ms, std::move(done), [](const tcc::v1::QueryResponse& response) {
         return QueryAnswerOf(response);
       });
 }

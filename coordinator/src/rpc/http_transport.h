@@ -17,6 +17,19 @@
 // came back) is sent once more on a new connection (the same call, same
 // key: the barrier makes that safe).
 //
+// A participant whose endpoint says `batch` (it serves POST <url>/batch,
+// the JSON of tcc.v1.BatchRequest -> BatchResponse) gets calls batched as
+// GrpcTransport batches them: at most `batch_requests_in_flight` requests in
+// flight to it; calls made meanwhile wait, in order, and when one ends the
+// waiting ones leave together as one /batch request (at most
+// Options::batch_max_calls calls and batch_max_bytes bytes of JSON; one
+// call alone leaves as a single call to its own path). A batch's deadline
+// is the longest of its calls' timeouts; an error of the request is every
+// call's error, tagged with its id (runtime::TagRpc) so that the circuit
+// breaker counts it once. A /batch answered 404, 405 or 501 (no /batch
+// there: nothing ran) gets single calls from then on, up to
+// `max_connections` in flight, the refused calls first.
+//
 // What an answer means is StatusOfHttpAnswer's (below), then
 // rpc/participant_mapping.h's, and the driver applies the one classification
 // of core/participant_status.h: a 200 that does not parse, an endless or
@@ -55,6 +68,11 @@ struct HttpEndpoint {
   std::string server_name;
   std::string cert_file;
   std::string key_file;
+  // It serves POST <path_prefix>/batch (participants.NAME.batch).
+  bool batch = false;
+  // With `batch`: HTTP requests in flight to it at most (as gRPC's
+  // rpcs_in_flight; the most connections too).
+  int batch_requests_in_flight = 1;
 };
 
 // What an HTTP answer means (DESIGN.md section 15): 200 -> OK (the body is
@@ -72,11 +90,18 @@ class HttpTransport final : public runtime::ParticipantTransport {
     // The largest answer body read; a longer one (or an endless one) is an
     // unknown outcome. 4 MiB: gRPC's default receive limit.
     int64_t max_response_bytes = 4 << 20;
+    // A /batch request's bounds (participant_calls.batch_max_*): calls, and
+    // bytes of its JSON body.
+    int batch_max_calls = 1024;
+    int64_t batch_max_bytes = 1 << 20;
   };
   struct Stats {
     int64_t requests = 0;            // HTTP requests sent
     int64_t connections_opened = 0;  // TCP (and TLS) connections made
     int64_t resent_on_new_connection = 0;
+    int64_t batches = 0;          // /batch requests
+    int64_t batched_calls = 0;    // calls inside them
+    int64_t batch_fallbacks = 0;  // participants found without /batch
   };
 
   // INVALID_ARGUMENT naming the participant when its TLS files cannot be
@@ -107,8 +132,8 @@ class HttpTransport final : public runtime::ParticipantTransport {
   template <typename Response, typename Request, typename Done,
             typename Convert>
   void Send(const std::string& participant, const char* target,
-            const Request& request, int64_t timeout_ms, Done done,
-            Convert convert);
+            const char* batch_field, const Request& request, int64_t timeout_ms,
+            Done done, Convert convert);
   std::unique_ptr<Impl> impl_;
 };
 

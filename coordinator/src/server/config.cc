@@ -182,6 +182,7 @@ void ReadParticipant(const std::string& name, const YAML::Node& node,
   r.String("url", &p->url);
   r.Integer("rpcs_in_flight", &p->rpcs_in_flight, 1, 100000);
   r.Integer("connections", &p->connections, 1, 10000);
+  r.Bool("batch", &p->batch);
   {
     MapReader t(r.Child("timeouts"), r.Key("timeouts"), error);
     ReadBounds(t, "try", &p->try_timeout, error);
@@ -208,11 +209,11 @@ void ReadParticipant(const std::string& name, const YAML::Node& node,
     } else if (!p->address.empty()) {
       *error = absl::InvalidArgumentError(absl::StrCat(
           path, ".address: for protocol grpc; an http participant has a url"));
-    } else if (p->rpcs_in_flight != 0) {
+    } else if (p->rpcs_in_flight != 0 && !p->batch) {
       *error = absl::InvalidArgumentError(absl::StrCat(
           path,
-          ".rpcs_in_flight: for protocol grpc; an http participant has "
-          "connections"));
+          ".rpcs_in_flight: for protocol grpc (or http with batch: true); "
+          "an http participant has connections"));
     } else if (p->url.rfind("https://", 0) == 0) {
       p->tls = true;  // the scheme says it; tls: holds the files
     } else if (p->tls) {
@@ -231,6 +232,11 @@ void ReadParticipant(const std::string& name, const YAML::Node& node,
           path,
           ".connections: for protocol http; a grpc participant has "
           "rpcs_in_flight"));
+    } else if (p->batch) {
+      *error = absl::InvalidArgumentError(absl::StrCat(
+          path,
+          ".batch: for protocol http; gRPC participants always get "
+          "Batch calls"));
     }
   }
 }
@@ -791,13 +797,14 @@ absl::Status AddParticipantFlag(Config& config, std::string_view flag) {
     p.protocol = "http";
     p.url = address;
     p.address.clear();
-    p.rpcs_in_flight = 0;
+    if (!p.batch) p.rpcs_in_flight = 0;  // the config's batch setting stays
     p.tls = https;
     return absl::OkStatus();
   }
   p.protocol = "grpc";
   p.url.clear();
   p.connections = 0;
+  p.batch = false;
   p.address = address;
   return absl::OkStatus();
 }

@@ -41,11 +41,17 @@ struct ParticipantConfig {
   // http: keep-alive connections to it, which is also the most calls in
   // flight; 0: participant_calls.http_connections.
   uint32_t connections = 0;
+  // http: it serves POST <url>/batch (tcc.v1.BatchRequest's JSON, as gRPC's
+  // Batch; README "Writing a participant in any language"), so calls made
+  // while rpcs_in_flight requests are in flight leave together, as for
+  // gRPC. Off: one request per call, up to `connections` in flight.
+  bool batch = false;
   TimeoutBounds try_timeout;
   TimeoutBounds confirm_timeout;
   TimeoutBounds cancel_timeout;
   TimeoutBounds query_timeout;
-  // gRPC calls in flight to it; 0: participant_calls.rpcs_in_flight. More
+  // gRPC calls (http with batch: requests) in flight to it; 0:
+  // participant_calls.rpcs_in_flight. More
   // for a participant whose calls can take long (a slow call holds the
   // calls behind it only in its own lane).
   uint32_t rpcs_in_flight = 0;
@@ -115,8 +121,9 @@ struct ParticipantCallsConfig {
   uint32_t batch_max_calls = 1024;
   uint64_t batch_max_bytes = 1024 * 1024;
   uint32_t max_outstanding = 512;
-  // HTTP participants (no Batch): keep-alive connections to each, the most
-  // calls in flight to it (participants.NAME.connections overrides).
+  // HTTP participants without batch (no batches): keep-alive connections to
+  // each, the most calls in flight to it (participants.NAME.connections
+  // overrides). With batch, the fields above apply (the bytes: JSON's).
   uint32_t http_connections = 32;
 };
 

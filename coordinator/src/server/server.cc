@@ -362,6 +362,10 @@ absl::Status Server::Impl::Start(const Config& config,
       e.server_name = p.tls_server_name;
       e.cert_file = p.tls_cert_file;
       e.key_file = p.tls_key_file;
+      e.batch = p.batch;
+      e.batch_requests_in_flight = static_cast<int>(
+          p.rpcs_in_flight > 0 ? p.rpcs_in_flight
+                               : config.participant_calls.rpcs_in_flight);
       http_names.insert(name);
       continue;
     }
@@ -374,13 +378,18 @@ absl::Status Server::Impl::Start(const Config& config,
     }
   }
   if (!http_endpoints.empty()) {
-    auto http = rpc::HttpTransport::Create(std::move(http_endpoints), {});
+    auto http = rpc::HttpTransport::Create(
+        std::move(http_endpoints),
+        {.batch_max_calls =
+             static_cast<int>(config.participant_calls.batch_max_calls),
+         .batch_max_bytes =
+             static_cast<int64_t>(config.participant_calls.batch_max_bytes)});
     if (!http.ok()) return http.status();
     http_transport_ = std::move(*http);
   }
   std::map<std::string, int> rpcs_in_flight_for;
   for (const auto& [name, p] : config.participants) {
-    if (p.rpcs_in_flight > 0) {
+    if (p.rpcs_in_flight > 0 && p.protocol != "http") {
       rpcs_in_flight_for[name] = static_cast<int>(p.rpcs_in_flight);
     }
   }

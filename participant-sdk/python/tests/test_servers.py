@@ -120,6 +120,35 @@ class HttpServer(unittest.TestCase):
         self.assertIn(b" 411 ", s.recv(4096).split(b"\r\n")[0])
         s.close()
 
+    def test_batch_each_as_alone(self):
+        calls = [call() for _ in range(40)]
+        req = pb.BatchRequest(calls=[pb.BatchCall(try_call=to_req(c)) for c in calls] +
+                              [pb.BatchCall(confirm_call=to_req(call())),
+                               pb.BatchCall(query_call=pb.QueryRequest(key=to_req(calls[0]).key)),
+                               pb.BatchCall(try_call=to_req(call(b"fail")))])
+        status, body, _ = self.post("/tcc/batch", js(req))
+        self.assertEqual(status, 200, body)
+        doc = json.loads(body)
+        self.assertEqual(doc["results"][0], {"code": 0, "error_message": "", "branch": {
+            "outcome": "OUTCOME_EXECUTED", "replayed": False, "message": ""}})
+        resp = json_format.Parse(body, pb.BatchResponse())
+        self.assertEqual(len(resp.results), 43)
+        for r in resp.results[:40]:
+            self.assertEqual((r.code, r.branch.outcome), (0, pb.OUTCOME_EXECUTED))
+        self.assertEqual(resp.results[40].code, 9)  # confirm without try
+        # After calls[0]'s Try: calls on one key run in the batch's order.
+        self.assertEqual(resp.results[41].query.state, pb.BARRIER_STATE_TRIED)
+        self.assertEqual(resp.results[42].code, 14)  # the handler failed: UNAVAILABLE
+        self.assertFalse(resp.results[42].HasField("branch"))
+        for c in calls:
+            self.assertEqual(self.effects(c.key), ["try"])
+        for bad in (js(pb.BatchRequest(calls=[pb.BatchCall()])),
+                    js(pb.BatchRequest(calls=[pb.BatchCall(try_call=to_req(call()))] * 1025)),
+                    b'{"calls": [{"try_call": {}, "cancel_call": {}}]}', b'{"calls": 5}'):
+            status, body, _ = self.post("/tcc/batch", bad)
+            self.assertEqual(status, 400, body[:200])
+            self.assertEqual(json.loads(body)["code"], "INVALID_ARGUMENT")
+
     def test_metrics(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         self.post("/tcc/try", js(to_req(call())), conn)

@@ -1,8 +1,9 @@
 """GrpcParticipantServer: a Participant as tcc.v1.Participant over gRPC.
 
 Try, Confirm, Cancel and Query run on the server's worker threads; Batch
-runs its calls on a pool of its own, each answered as if made alone: calls
-on different keys in parallel, calls on one key in the batch's order. Every answer is sent after
+runs its calls on a pool of its own (batch.BatchRunner), each answered as
+if made alone: calls on different keys in parallel, calls on one key in the
+batch's order. Every answer is sent after
 its local transaction is durable (the stores commit synchronously); between
 that and the reply the failpoint participant.after_commit is evaluated.
 
@@ -16,12 +17,10 @@ import logging
 import grpc
 
 from . import wire
-from ._proto import participant_pb2 as pb
 from ._proto import participant_pb2_grpc as pb_grpc
+from .batch import MAX_BATCH_CALLS, BatchRunner  # noqa: F401 (MAX_BATCH_CALLS: API)
 from .participant import after_commit
 from .status import CallError, Code
-
-MAX_BATCH_CALLS = 1024
 # gRPC's default receive limit; the largest Batch tccd sends.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 
@@ -33,9 +32,9 @@ def _abort(context, error):
 
 
 class _Servicer(pb_grpc.ParticipantServicer):
-    def __init__(self, participant, batch_pool):
+    def __init__(self, participant, batch):
         self._p = participant
-        self._batch_pool = batch_pool
+        self._batch = batch
 
     def _branch(self, fn, request, context):
         try:
@@ -61,49 +60,11 @@ class _Servicer(pb_grpc.ParticipantServicer):
             _abort(context, e)
         return wire.query_response(answer)
 
-    def _one(self, call):
-        result = pb.BatchResult()
-        kind = call.WhichOneof("call")
-        try:
-            if kind == "query_call":
-                result.query.CopyFrom(
-                    wire.query_response(self._p.query(wire.key_from_proto(call.query_call.key))))
-            else:
-                fn = {"try_call": self._p.try_, "confirm_call": self._p.confirm,
-                      "cancel_call": self._p.cancel}[kind]
-                answer = fn(wire.call_from_proto(getattr(call, kind)))
-                after_commit()
-                result.branch.CopyFrom(wire.branch_response(answer))
-        except CallError as e:
-            result.Clear()
-            result.code = int(e.code)
-            result.error_message = e.message
-        return result
-
     def Batch(self, request, context):
-        if len(request.calls) > MAX_BATCH_CALLS:
-            _abort(context, CallError(Code.INVALID_ARGUMENT,
-                                      f"a batch carries at most {MAX_BATCH_CALLS} calls; "
-                                      f"this one has {len(request.calls)}; nothing ran"))
-        for i, call in enumerate(request.calls):
-            if call.WhichOneof("call") is None:
-                _abort(context, CallError(Code.INVALID_ARGUMENT,
-                                          f"batch call {i} names no call; nothing ran"))
-        # Calls on different keys run in parallel; calls on one key in the
-        # batch's order (as they would alone, one after the other).
-        groups = {}
-        for i, call in enumerate(request.calls):
-            body = getattr(call, call.WhichOneof("call"))
-            k = body.key
-            groups.setdefault((k.gid, k.created_at_ms, k.branch_id), []).append(i)
-        results = [None] * len(request.calls)
-
-        def run(indices):
-            for i in indices:
-                results[i] = self._one(request.calls[i])
-
-        list(self._batch_pool.map(run, groups.values()))
-        return pb.BatchResponse(results=results)
+        try:
+            return self._batch.run(request)
+        except CallError as e:
+            _abort(context, e)
 
 
 class GrpcParticipantServer:
@@ -116,13 +77,12 @@ class GrpcParticipantServer:
         self.participant = participant
         self._listen = listen
         self._tls = (tls_cert_file, tls_key_file, tls_client_ca_file)
-        self._batch_pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=batch_workers, thread_name_prefix="tcc-batch")
+        self._batch = BatchRunner(participant, batch_workers)
         self._server = grpc.server(
             concurrent.futures.ThreadPoolExecutor(max_workers=workers,
                                                   thread_name_prefix="tcc-grpc"),
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
-        pb_grpc.add_ParticipantServicer_to_server(_Servicer(participant, self._batch_pool),
+        pb_grpc.add_ParticipantServicer_to_server(_Servicer(participant, self._batch),
                                                   self._server)
         self.port = 0
 
@@ -159,4 +119,4 @@ class GrpcParticipantServer:
 
     def stop(self, grace_s=1.0):
         self._server.stop(grace_s).wait()
-        self._batch_pool.shutdown(wait=False)
+        self._batch.shutdown()

@@ -4,7 +4,13 @@ section 15):
 
   POST <prefix>/try | /confirm | /cancel   BranchRequest -> BranchResponse
   POST <prefix>/query                      QueryRequest  -> QueryResponse
+  POST <prefix>/batch                      BatchRequest  -> BatchResponse
   GET  /metrics                            Prometheus text
+
+/batch carries the calls of gRPC's Batch (batch.BatchRunner: each call
+answered as if alone, its status in its result; more than 1,024 calls or a
+call naming none is 400 and runs nothing); tccd sends it to participants
+configured with `batch: true`.
 
 Bodies are protobuf's JSON mapping, read ignoring unknown fields, written
 with the .proto field names and every field. An error answers its HTTP
@@ -16,46 +22,89 @@ kept alive (HTTP/1.1) and closed after `idle_timeout_s` without a request.
 The same handlers as the gRPC server, and the same failpoint
 (participant.after_commit) between the durable commit and the reply.
 
-One thread per connection (the standard library's ThreadingHTTPServer);
+One thread per connection (socketserver's ThreadingTCPServer; the
+requests are read by _Handler, not http.server, for its cost);
 TLS with `tls_cert_file`/`tls_key_file`, mutual TLS with
 `tls_client_ca_file` (the handshake runs on the connection's thread).
 """
 
-import http.server
+import email.utils
 import logging
 import socket
+import socketserver
 import ssl
 import threading
+import time
 
 import prometheus_client
 from google.protobuf import json_format
 
-from . import wire
+from . import json_wire, wire
 from ._proto import participant_pb2 as pb
+from .batch import BatchRunner
 from .participant import after_commit
 from .status import CallError, Code, http_status_of
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+# A request line or header line longer than this is refused (414 / 431),
+# and so are more header lines than _MAX_HEADERS (as http.server does).
+_MAX_LINE_BYTES = 65536
+_MAX_HEADERS = 100
 
 log = logging.getLogger("tcc_participant")
 
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required",
+            412: "Precondition Failed", 413: "Content Too Large", 414: "URI Too Long",
+            429: "Too Many Requests", 431: "Request Header Fields Too Large",
+            500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
+            504: "Gateway Timeout", 505: "HTTP Version Not Supported"}
+
 
 def to_json(message):
-    return json_format.MessageToJson(message, preserving_proto_field_name=True,
-                                     including_default_value_fields=True,
-                                     indent=None).encode()
+    return json_wire.to_json(message)
 
 
 def error_body(code, message):
     return to_json(pb.ErrorResponse(code=Code(code).name, message=message))
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "tcc-participant"
-    # Headers and body leave in one write (the server flushes after each
-    # request); with TCP_NODELAY no answer waits for the caller's delayed ACK.
-    wbufsize = 1 << 16
+class _Date:
+    """The Date header's value, formatted once a second."""
+
+    def __init__(self):
+        self._second = None
+        self._value = ""
+
+    def now(self):
+        second = int(time.time())
+        if second != self._second:
+            self._value = email.utils.formatdate(second, usegmt=True)
+            self._second = second
+        return self._value
+
+
+_date = _Date()
+
+
+class _BadRequest(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+_OTHER_TYPES = {"/query": pb.QueryRequest, "/batch": pb.BatchRequest}
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    """One connection: HTTP/1.1 requests in turn, kept alive until the
+    caller closes it, asks to (Connection: close, or HTTP/1.0 without
+    keep-alive), sends something this server refuses, or is idle for
+    idle_timeout_s. Each answer leaves in one write; TCP_NODELAY, so no
+    answer waits for the caller's delayed ACK. Requests are read by a
+    parser of the few rules this protocol needs (request line, headers,
+    Content-Length; no chunked bodies): http.server's email-based header
+    parsing cost about 50 us a request."""
 
     def setup(self):
         super().setup()
@@ -73,41 +122,116 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.server.count_connection()
 
     def handle(self):
-        if not self._refused:
-            super().handle()
-
-    def log_message(self, fmt, *args):  # access logs only at debug
-        log.debug("%s: %s", self.server.participant.name, fmt % args)
+        if self._refused:
+            return
+        try:
+            while self._one_request():
+                pass
+        except (OSError, ValueError) as e:  # a timeout, a reset, a closed file
+            log.debug("%s: connection from %s: %s", self.server.participant.name,
+                      self.client_address[0], e)
 
     def _send(self, status, body, content_type="application/json", close=False):
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Unknown')}\r\n"
+                f"Server: tcc-participant\r\nDate: {_date.now()}\r\n"
+                f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n")
         if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-        self.wfile.write(body)
+            head += "Connection: close\r\n"
+        self.connection.sendall(head.encode("latin-1") + b"\r\n" + body)
 
     def _error(self, code, message, close=False):
         self._send(http_status_of(code), error_body(code, message), close=close)
 
-    def do_GET(self):
-        route = self.server.routes.get(("GET", self.path))
+    def _read_head(self):
+        """(method, path, version, headers with lowercase names), or None
+        when the caller closed the connection between requests."""
+        line = self.rfile.readline(_MAX_LINE_BYTES + 1)
+        while line in (b"\r\n", b"\n"):  # tolerated before a request (RFC 9112 2.2)
+            line = self.rfile.readline(_MAX_LINE_BYTES + 1)
+        if not line:
+            return None
+        if len(line) > _MAX_LINE_BYTES:
+            raise _BadRequest(414, "request line too long")
+        words = line.decode("latin-1").split()
+        if len(words) != 3 or not words[2].startswith("HTTP/"):
+            raise _BadRequest(400, f"bad request line {line[:100]!r}")
+        method, path, version = words
+        if version not in ("HTTP/1.1", "HTTP/1.0"):
+            raise _BadRequest(505 if version >= "HTTP/2" else 400,
+                              f"unsupported version {version[:20]!r}")
+        headers = {}
+        while True:
+            line = self.rfile.readline(_MAX_LINE_BYTES + 1)
+            if len(line) > _MAX_LINE_BYTES:
+                raise _BadRequest(431, "header line too long")
+            if line in (b"\r\n", b"\n"):
+                break
+            if not line:
+                raise ConnectionError("closed inside a request's header")
+            if len(headers) >= _MAX_HEADERS:
+                raise _BadRequest(431, f"more than {_MAX_HEADERS} headers")
+            name, colon, value = line.decode("latin-1").partition(":")
+            name = name.lower()
+            if not colon or not name or name != name.strip():
+                raise _BadRequest(400, f"bad header line {line[:100]!r}")
+            value = value.strip()
+            if name not in headers:
+                headers[name] = value
+            elif name == "content-length":
+                if headers[name] != value:
+                    raise _BadRequest(400, "two different Content-Length headers")
+            else:  # a list, as RFC 9110 5.3 joins them
+                headers[name] = f"{headers[name]}, {value}"
+        return method, path, version, headers
+
+    def _one_request(self):
+        """Serves one request; False when the connection is to close."""
+        try:
+            head = self._read_head()
+        except _BadRequest as e:
+            self._send(e.status, error_body(Code.INVALID_ARGUMENT, e.message), close=True)
+            return False
+        if head is None:
+            return False
+        method, path, version, headers = head
+        connection = headers.get("connection", "").lower()
+        keep_alive = ("close" not in connection if version == "HTTP/1.1"
+                      else "keep-alive" in connection)
+        if path.startswith("//"):  # as http.server: never an absolute URI
+            path = "/" + path.lstrip("/")
+        if method == "GET":
+            # A GET has no body here; one that sends one is not kept alive.
+            if headers.get("content-length", "0") not in ("", "0") or \
+                    "transfer-encoding" in headers:
+                keep_alive = False
+            self._get(path, close=not keep_alive)
+            return keep_alive
+        if method != "POST":
+            self._send(501, error_body(Code.UNIMPLEMENTED, f"unsupported method {method!r}"),
+                       close=True)
+            return False
+        body = self._body(headers)
+        if body is None:
+            return False
+        self._post(path, body, close=not keep_alive)
+        return keep_alive
+
+    def _get(self, path, close):
+        route = self.server.routes.get(("GET", path))
         if route is not None:
             status, content_type, body = route(b"")
-            return self._send(status, body, content_type)
-        if self.path == "/metrics":
+            return self._send(status, body, content_type, close=close)
+        if path == "/metrics":
             return self._send(200, prometheus_client.generate_latest(self.server.registry),
-                              prometheus_client.CONTENT_TYPE_LATEST)
-        self._error(Code.NOT_FOUND, f"no GET {self.path}")
+                              prometheus_client.CONTENT_TYPE_LATEST, close=close)
+        self._error(Code.NOT_FOUND, f"no GET {path}", close=close)
 
-    def _body(self):
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+    def _body(self, headers):
+        if "chunked" in headers.get("transfer-encoding", "").lower():
             self._send(411, error_body(Code.INVALID_ARGUMENT, "send Content-Length"),
                        close=True)
             return None
-        length = self.headers.get("Content-Length")
+        length = headers.get("content-length")
         try:
             n = int(length)
         except (TypeError, ValueError):
@@ -119,40 +243,46 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                        f"body of {n} bytes; at most {MAX_BODY_BYTES}"),
                        close=True)
             return None
-        return self.rfile.read(n)
+        if headers.get("expect", "").lower() == "100-continue":
+            self.connection.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        body = self.rfile.read(n)
+        if len(body) != n:
+            raise ConnectionError("closed inside a request's body")
+        return body
 
-    def do_POST(self):
-        body = self._body()
-        if body is None:
-            return
-        route = self.server.routes.get(("POST", self.path))
+    def _post(self, path, body, close):
+        route = self.server.routes.get(("POST", path))
         if route is not None:
             status, content_type, out = route(body)
-            return self._send(status, out, content_type)
+            return self._send(status, out, content_type, close=close)
         prefix = self.server.path_prefix
-        op = self.path[len(prefix):] if self.path.startswith(prefix) else None
+        op = path[len(prefix):] if path.startswith(prefix) else None
         p = self.server.participant
         fns = {"/try": p.try_, "/confirm": p.confirm, "/cancel": p.cancel}
-        if op not in fns and op != "/query":
-            return self._error(Code.NOT_FOUND, f"no POST {self.path}")
-        request = pb.QueryRequest() if op == "/query" else pb.BranchRequest()
+        if op not in fns and op not in _OTHER_TYPES:
+            return self._error(Code.NOT_FOUND, f"no POST {path}", close=close)
+        request_type = _OTHER_TYPES.get(op, pb.BranchRequest)
         try:
-            json_format.Parse(body, request, ignore_unknown_fields=True)
-        except (json_format.ParseError, UnicodeDecodeError, ValueError) as e:
+            request = json_wire.parse(body, request_type)
+        except (json_format.ParseError, UnicodeDecodeError, ValueError, TypeError) as e:
+            # TypeError: json_format's answer to some bodies (b"null").
             return self._error(Code.INVALID_ARGUMENT,
-                               f"the body is not a {request.DESCRIPTOR.full_name}: {e}")
+                               f"the body is not a {request_type.DESCRIPTOR.full_name}: {e}",
+                               close=close)
         try:
             if op == "/query":
                 out = wire.query_response(p.query(wire.key_from_proto(request.key)))
+            elif op == "/batch":
+                out = self.server.batch.run(request)
             else:
                 out = wire.branch_response(fns[op](wire.call_from_proto(request)))
                 after_commit()
         except CallError as e:
-            return self._error(e.code, e.message)
-        self._send(200, to_json(out))
+            return self._error(e.code, e.message, close=close)
+        self._send(200, to_json(out), close=close)
 
 
-class _Server(http.server.ThreadingHTTPServer):
+class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
@@ -168,13 +298,14 @@ class HttpParticipantServer:
 
     def __init__(self, participant, listen="127.0.0.1:0", path_prefix="",
                  tls_cert_file="", tls_key_file="", tls_client_ca_file="",
-                 idle_timeout_s=60.0):
+                 idle_timeout_s=60.0, batch_workers=32):
         host, _, port = listen.rpartition(":")
         self.participant = participant
         self._address = (host.strip("[]"), int(port))
         self._prefix = path_prefix.rstrip("/")
         self._tls = (tls_cert_file, tls_key_file, tls_client_ca_file)
         self._idle_timeout_s = idle_timeout_s
+        self._batch = BatchRunner(participant, batch_workers, "tcc-http-batch")
         self._routes = {}
         self._server = None
         self._thread = None
@@ -198,6 +329,7 @@ class HttpParticipantServer:
         server.path_prefix = self._prefix
         server.idle_timeout_s = self._idle_timeout_s
         server.count_connection = self._connections.inc
+        server.batch = self._batch
         cert, key, client_ca = self._tls
         if cert or key:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -227,6 +359,7 @@ class HttpParticipantServer:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        self._batch.shutdown()
 
 
 def json_route(request_type, fn):
