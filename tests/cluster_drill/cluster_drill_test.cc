@@ -363,6 +363,20 @@ class Rig {
                                nodes_->log_path(i), ")"));
       }
     }
+    // A bank that is gone was stopped from outside (this box is shared; the
+    // drills never stop a bank): noted, and started again on its port, so
+    // that what it holds is checked.
+    int bank_restarts = 0;
+    for (const auto& b : {"bank-a", "bank-b"}) {
+      if (banks_->bank(b) != nullptr && banks_->bank(b)->Running()) continue;
+      Note(absl::StrCat(b, " is gone (stopped from outside the drill: ",
+                        "see its log); starting it again"));
+      ++bank_restarts;
+      for (int attempt = 0; attempt < 20; ++attempt) {
+        if (banks_->StartBank(b).ok()) break;
+        SleepMs(250);
+      }
+    }
     const auto t0 = SteadyClock::now();
     tcc::harness::LoadVerdict v = load_->Check(*banks_, 90000);
     const int64_t check_ms = MsSince(t0);
@@ -400,7 +414,8 @@ class Rig {
         " client_gave_up=", c.failed, " finished=", v.known,
         " confirmed=", v.confirmed, " cancelled=", v.cancelled,
         " never_registered=", v.unknown, " lost_decision_alerts=", lost,
-        " check_ms=", check_ms, " violations=", violations));
+        " banks_restarted=", bank_restarts, " check_ms=", check_ms,
+        " violations=", violations));
     if (violations > 0) {
       std::lock_guard<std::mutex> lock(mu_);
       std::ofstream out(root_ + "/violations.txt");
@@ -588,7 +603,7 @@ TEST_CASE("drill 2: a node paused (SIGSTOP) for twice the lease TTL",
       rig.Violation("transactions in flight at the pause not final in 60 s");
     }
     // Does it take shards again (a new lease, registered again)?
-    const int64_t back_ms = WaitJoined(rig, paused, rig.AliveIds(), 15000);
+    const int64_t back_ms = WaitJoined(rig, paused, rig.AliveIds(), 10000);
     SleepMs(1000);
     if (!rig.WaitAcknowledged(acked, 10, 20000)) {
       rig.Violation("no transfers acknowledged after the resume");
@@ -601,7 +616,7 @@ TEST_CASE("drill 2: a node paused (SIGSTOP) for twice the lease TTL",
         " owners_after=", rig.OwnersText());
     Report(fields);
     if (back_ms < 0) {
-      rig.Note(absl::StrCat(id, " owns no shard 15 s after SIGCONT (owners ",
+      rig.Note(absl::StrCat(id, " owns no shard 10 s after SIGCONT (owners ",
                             rig.OwnersText(), ")"));
     }
   }
@@ -638,7 +653,7 @@ TEST_CASE("drill 3: a node cut from etcd, still reaching banks and clients",
       rig.Violation("transactions in flight at the cut not final in 60 s");
     }
     rig.Note("in flight at the cut: " + absl::StrJoin(in_flight, " "));
-    const int64_t back_ms = WaitJoined(rig, cut, rig.AliveIds(), 15000);
+    const int64_t back_ms = WaitJoined(rig, cut, rig.AliveIds(), 10000);
     Report(absl::StrCat(
         "drill=3 repetition=", r, " cut=", id, " its_shards=", shards,
         " cut_ms=", 3 * kLeaseTtlMs, " in_flight=", in_flight.size(),
@@ -682,7 +697,8 @@ TEST_CASE("drill 4: etcd loses one member, then its quorum, then both back",
   tcc::client::ClientOptions co;
   co.addresses = rig.nodes().Addresses();
   co.max_attempts = 1;
-  co.attempt_timeout_ms = 2000;
+  // Longer than tccd's etcd call timeout (5 s): tccd's own answer.
+  co.attempt_timeout_ms = 8000;
   tcc::client::CoordinatorClient probe(co);
   tcc::v1::SubmitRequest req;
   auto* b = req.add_branches();
@@ -800,19 +816,22 @@ EtcdLeadership ReadLeadership(const std::vector<std::string>& endpoints) {
       " --command-timeout=3s endpoint status -w fields "
       "2>/dev/null"));
   EtcdLeadership l;
-  std::string endpoint;
+  std::string member;  // each block names its endpoint last
   for (absl::string_view line : absl::StrSplit(out, '\n')) {
     std::vector<std::string> kv =
         absl::StrSplit(line, absl::MaxSplits(" : ", 1));
     if (kv.size() != 2) continue;
-    if (kv[0] == "\"Endpoint\"") endpoint = kv[1].substr(1, kv[1].size() - 2);
+
     auto hex = [](const std::string& dec) {
       char buf[32];
       std::snprintf(buf, sizeof(buf), "%llx",
                     static_cast<unsigned long long>(std::stoull(dec)));
       return std::string(buf);
     };
-    if (kv[0] == "\"MemberID\"") l.members.emplace_back(endpoint, hex(kv[1]));
+    if (kv[0] == "\"MemberID\"") member = hex(kv[1]);
+    if (kv[0] == "\"Endpoint\"" && kv[1].size() > 2) {
+      l.members.emplace_back(kv[1].substr(1, kv[1].size() - 2), member);
+    }
     if (kv[0] == "\"Leader\"") l.leader = hex(kv[1]);
   }
   return l;
@@ -954,4 +973,39 @@ TEST_CASE(
             " served_after_max_ms=", Percentile(serve_ms, 1.0),
             " duplicate_exit=", dup_result,
             " in_flight_final_ms=", final_ms)) == 0);
+}
+
+// Not one of issue 23's drills (hidden: run it by name): every node cut
+// from etcd past its lease at once, then healed. Does the cluster own its
+// shards again without a restart? (A node whose lease is gone drops its
+// shards and, as of this writing, never takes a new lease.)
+TEST_CASE("extra: every node cut from etcd past its lease",
+          "[.][cluster-drill]") {
+  Rig rig("partition-all", false);
+  std::map<int, std::vector<std::string>> proxied;
+  for (int i = 0; i < 3; ++i) proxied[i] = rig.MakeEtcdProxies();
+  rig.StartNodes(3, proxied);
+  rig.StartLoad();
+  REQUIRE(rig.WaitAcknowledged(0, 20, 30000));
+  rig.SetProxies(TcpFaultProxy::Mode::kBlackhole);
+  SleepMs(3 * kLeaseTtlMs);
+  rig.SetProxies(TcpFaultProxy::Mode::kPass);
+  const auto t0 = SteadyClock::now();
+  const int64_t owned_ms = rig.WaitOwnedBy(rig.AliveIds(), t0, 20000);
+  const int64_t acked = rig.load().counts().acknowledged;
+  const bool serving = rig.WaitAcknowledged(acked, 10, 10000);
+  if (owned_ms < 0) {
+    rig.Violation(absl::StrCat("20 s after the heal the shards' owners are ",
+                               rig.OwnersText()));
+  }
+  if (!serving) rig.Violation("no transfer acknowledged 10 s after the heal");
+  Report(absl::StrCat("extra=partition-all owned_after_heal_ms=", owned_ms,
+                      " owners=", rig.OwnersText(),
+                      " serving_after_heal=", serving ? 1 : 0));
+  // The bank checks need the transactions finished: restart every node.
+  for (int i = 0; i < 3; ++i) {
+    rig.nodes().KillNode(i);
+    REQUIRE(rig.nodes().StartNode(i).ok());
+  }
+  CHECK(rig.Finish("extra=partition-all kind=summary") == 0);
 }
