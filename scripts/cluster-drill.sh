@@ -41,6 +41,7 @@ cd "$(dirname "$0")/.."
 drills=1,2,3,4,5,6,7
 reps=20
 keep=0
+keep_work=0
 while [ $# -gt 0 ]; do
   case $1 in
     --drills) drills=$2; shift ;;
@@ -71,7 +72,11 @@ report=$work/report.txt
 : >"$report"
 cleanup() {
   scripts/etcd.sh stop "$etcd_env" >/dev/null 2>&1 || true
-  if [ $keep = 0 ]; then rm -rf "$work"; else echo "cluster-drill: kept $work"; fi
+  if [ $keep = 0 ] && [ $keep_work = 0 ]; then
+    rm -rf "$work"
+  else
+    echo "cluster-drill: kept $work (each drill's output, the reports)"
+  fi
 }
 trap cleanup EXIT
 scripts/etcd.sh start --members 3 --owner-pid $$ "$etcd_env" >/dev/null
@@ -98,9 +103,9 @@ for n in ${drills//,/ }; do
     echo "cluster-drill: drill $n failed (exit $code) without a report:" >&2
     tail -n 30 "$work/drill-$n.log" >&2
     failed_runs=$((failed_runs + 1))
-    keep=1
+    keep_work=1
   elif [ "$code" != 0 ]; then
-    keep=1
+    keep_work=1
   fi
 done
 
