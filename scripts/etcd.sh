@@ -14,7 +14,8 @@
 #                                                started, then waited for)
 #                                                again (same data, ports and
 #                                                flags)
-#   scripts/etcd.sh pids [ENV_FILE]              the members' pids, one a line
+#   scripts/etcd.sh pids [ENV_FILE]              the running members' pids,
+#                                                one a line
 #   scripts/etcd.sh free-space PREFIX [ENV_FILE] the out-of-space procedure:
 #                                                delete the keys under PREFIX,
 #                                                compact, defragment every
@@ -168,10 +169,31 @@ ctl() {
 
 pid_alive() { [ -n "$1" ] && kill -0 "$1" 2>/dev/null; }
 
+# The pid in $1/mN.pid while that process is still member N (its command
+# line names the member's data dir), else nothing: once a member is gone
+# (kill-member, a crash) the kernel gives its pid to another process (pids
+# wrap at pid_max, 32768 here, within minutes on a busy box), and signalling
+# a stale pid file's pid would hit that stranger.
+member_pid() {
+  local dir=$1 n=$2 pid
+  pid=$(cat "$dir/m$n.pid" 2>/dev/null || true)
+  [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 0
+  if { tr '\0' ' ' <"/proc/$pid/cmdline"; } 2>/dev/null |
+    grep -qF -- "--data-dir $dir/m$n "; then
+    echo "$pid"
+  fi
+}
+
+# N of a member's pid file ($dir/mN.pid).
+pid_file_member() {
+  local n=${1##*/m}
+  echo "${n%.pid}"
+}
+
 start_member() {
   local dir=$1 n=$2
   local pid
-  pid=$(cat "$dir/m$n.pid" 2>/dev/null || true)
+  pid=$(member_pid "$dir" "$n")
   if pid_alive "$pid"; then return 0; fi
   # shellcheck disable=SC2046
   setsid $(cat "$dir/m$n.cmd") >>"$dir/m$n.log" 2>&1 </dev/null &
@@ -192,7 +214,7 @@ wait_member() {
   ep=$(sed -n "${n}p" "$dir/member-endpoints")
   local deadline=$((SECONDS + 90))
   while [ $SECONDS -lt $deadline ]; do
-    pid=$(cat "$dir/m$n.pid")
+    pid=$(member_pid "$dir" "$n")
     pid_alive "$pid" || return 1
     if listens_on "$pid" "${ep##*:}" &&
       listens_on "$pid" "$(sed -n "${n}p" "$dir/member-peer-ports")" &&
@@ -209,7 +231,7 @@ kill_all() {
   local dir=$1 sig=${2:-TERM} f pid
   for f in "$dir"/m*.pid; do
     [ -f "$f" ] || continue
-    pid=$(cat "$f")
+    pid=$(member_pid "$dir" "$(pid_file_member "$f")")
     # CONT too: a member a test paused (SIGSTOP) must see the signal.
     pid_alive "$pid" && { kill -"$sig" "$pid"; kill -CONT "$pid"; } 2>/dev/null || true
   done
@@ -221,7 +243,7 @@ wait_all_gone() {
     local alive=0
     for f in "$dir"/m*.pid; do
       [ -f "$f" ] || continue
-      pid=$(cat "$f")
+      pid=$(member_pid "$dir" "$(pid_file_member "$f")")
       if pid_alive "$pid"; then alive=1; fi
     done
     [ $alive = 0 ] && return 0
@@ -388,7 +410,7 @@ member() {
     return 0
   fi
   [ -f "$dir/m$n.cmd" ] || die "no member $n"
-  pid=$(cat "$dir/m$n.pid" 2>/dev/null || true)
+  pid=$(member_pid "$dir" "$n")
   case $what in
     kill-member)
       if pid_alive "$pid"; then kill -KILL "$pid"; fi
@@ -436,8 +458,9 @@ pids() {
   dir=$(env_dir "${1:-}")
   check_dir "$dir"
   for f in "$dir"/m*.pid; do
-    [ -f "$f" ] && cat "$f"
+    [ -f "$f" ] && member_pid "$dir" "$(pid_file_member "$f")"
   done
+  return 0
 }
 
 case ${1:-} in

@@ -87,6 +87,19 @@ BankCluster::~BankCluster() {
 }
 
 absl::Status BankCluster::Start() {
+  if (absl::Status s = StartBanks(); !s.ok()) return s;
+  tccd_port_ = FreeLoopbackPort();
+  if (absl::Status s = StartTccd(); !s.ok()) return s;
+  client_ = NewClient();
+  return absl::OkStatus();
+}
+
+void BankCluster::SetClientAddresses(std::vector<std::string> addresses) {
+  client_addresses_ = std::move(addresses);
+  client_ = NewClient();
+}
+
+absl::Status BankCluster::StartBanks() {
   std::filesystem::create_directories(options_.root_dir);
   if (options_.tls.enabled && !pki_) {
     auto pki = MakeTestPki(options_.root_dir + "/pki");
@@ -102,9 +115,6 @@ absl::Status BankCluster::Start() {
   for (const auto& name : options_.banks) {
     if (absl::Status s = StartBank(name); !s.ok()) return s;
   }
-  tccd_port_ = FreeLoopbackPort();
-  if (absl::Status s = StartTccd(); !s.ok()) return s;
-  client_ = NewClient();
   return absl::OkStatus();
 }
 
@@ -416,6 +426,7 @@ std::unique_ptr<client::CoordinatorClient> BankCluster::NewClient(
   client::ClientOptions o;
   o.credentials = ClientCredentials();
   o.address = absl::StrCat("127.0.0.1:", tccd_port_);
+  o.addresses = client_addresses_;
   o.max_attempts = max_attempts;
   o.attempt_timeout_ms = attempt_timeout_ms;
   o.backoff_base_ms = 100;
@@ -424,7 +435,9 @@ std::unique_ptr<client::CoordinatorClient> BankCluster::NewClient(
 }
 
 std::shared_ptr<grpc::Channel> BankCluster::TccdChannel() {
-  return grpc::CreateChannel(absl::StrCat("127.0.0.1:", tccd_port_),
+  return grpc::CreateChannel(client_addresses_.empty()
+                                 ? absl::StrCat("127.0.0.1:", tccd_port_)
+                                 : client_addresses_.front(),
                              ClientCredentials());
 }
 

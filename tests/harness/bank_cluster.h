@@ -108,6 +108,12 @@ class BankCluster {
 
   // Starts every bank, then tccd. Each keeps its port across restarts.
   [[nodiscard]] absl::Status Start();
+  // Starts every bank only: the tccd nodes are someone else's (TccdNodes);
+  // point the clients at them with SetClientAddresses.
+  [[nodiscard]] absl::Status StartBanks();
+  // The tccd addresses (host:port) NewClient, client() and CheckFinal dial
+  // from now on, instead of the one tccd's port (a cluster's nodes).
+  void SetClientAddresses(std::vector<std::string> addresses);
 
   [[nodiscard]] absl::Status StartTccd();
   void KillTccd();  // SIGKILL + reap
@@ -201,6 +207,7 @@ class BankCluster {
   std::map<std::string, std::unique_ptr<tcc::examples::bank::Bank::Stub>>
       bank_stubs_;
   std::unique_ptr<client::CoordinatorClient> client_;
+  std::vector<std::string> client_addresses_;  // empty: tccd_port_
 };
 
 }  // namespace tcc::harness
