@@ -1359,6 +1359,14 @@ absl::Status Stepper::On(const ResumeEvent& e) {
     case TxnState::kTrying:
       effects_.push_back(
           ArmDeadlineEffect{DeadlineKind::kTry, t_.try_deadline_ms});
+      if (o_.breakers.resume_skips_unknown_try_lookup) {
+        for (uint32_t b = 0; b < t_.branches.size(); ++b) {
+          if (t_.branches[b].try_phase.state == PhaseState::kUnknown) {
+            UpdatePhase(b, Phase::kTry, PhaseState::kSucceeded,
+                        Outcome::kExecuted, "breaker: no lookup on resume");
+          }
+        }
+      }
       Evaluate();
       TryDeadlinePassed();
       KickUnresolvedTrys();
