@@ -455,6 +455,10 @@ ClusterSimulation::ClusterSimulation(uint64_t seed, const SimOptions& options)
   // The oracle of unknown outcomes: an append answered "nothing written"
   // must never be in the store.
   store_.on_head_written = [this](const KeyValue& kv) {
+    Trace("store writes ", kv.key, " at ", kv.mod_revision, " epoch ",
+          kv.value.writer_epoch, ": ",
+          core::TxnStateName(kv.value.txn->summary.state), " append ",
+          kv.value.append_id);
     if (!kv.value.appends) return;
     for (uint64_t id : *kv.value.appends) {
       if (refused_.count(id) != 0) {

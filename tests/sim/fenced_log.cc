@@ -269,6 +269,7 @@ void FencedLog::Append(wal::AppendRequest request, wal::AppendDone done) {
   w.request = std::move(request);
   w.done = std::move(done);
   w.id = options_.next_append_id();
+  w.epoch = epoch(ShardOf(w.request.gid));
   queue_.push_back(std::move(w));
   ScheduleFlush();
 }
@@ -307,7 +308,7 @@ void FencedLog::Flush() {
     queue_.pop_front();
     const std::string gid = w.request.gid;
     const uint32_t k = ShardOf(gid);
-    if (!Owns(k)) {
+    if (!Owns(k) || epoch(k) != w.epoch) {
       failed.emplace_back(
           std::move(w), absl::UnavailableError(
                             absl::StrCat("shard ", k, " is not this node's")));

@@ -126,6 +126,9 @@ class FencedLog final : public wal::Log {
     wal::AppendRequest request;
     wal::AppendDone done;
     uint64_t id = 0;
+    // The shard's epoch when it was appended (0: not owned): an append
+    // made under one ownership is never written under a later one.
+    uint64_t epoch = 0;
   };
   // What this log last read or wrote of a gid.
   struct View {
