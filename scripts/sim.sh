@@ -9,7 +9,16 @@
 #   scripts/sim.sh --minutes M [--first F]        search for M minutes
 #   --short: the CI profile (smaller seeds); --break NAME: a test-only rule
 #   breaker (skip-cancel-for-unconfirmed-try, act-before-decision-durable,
-#   replayed-rejected-is-success, barrier-skip-anti-hanging).
+#   replayed-rejected-is-success, barrier-skip-anti-hanging,
+#   resume-skips-unknown-try-lookup).
+#   --cluster: the cluster simulation (issue 23, tests/sim/cluster_simulation.h):
+#   2-4 nodes, each the real driver over its fenced log, over a modelled
+#   etcd-like store with leases; node crashes, pauses past the lease, lost
+#   keep-alives, store outages and leader changes, node-store partitions,
+#   late Txns, stale reads. The same summary line. Its breakers:
+#   write-without-fence, takeover-without-cas, unknown-txn-as-refused,
+#   lease-trust-from-receipt, restart-adopts-old-owner-key (and the core's).
+#   The long swarm: scripts/sim.sh --cluster --seeds 100000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${TCC_BUILD_DIR:-build}

@@ -341,6 +341,7 @@ class ClusterSimulation {
   size_t store_violations_seen_ = 0;
   // Per shard: the highest epoch any owner took (epochs only grow).
   std::vector<uint64_t> max_epoch_;
+  std::vector<int> last_owner_;  // the node that took each shard last
 
   std::vector<std::unique_ptr<SimBank>> banks_;
   std::map<std::string, int> bank_index_;
@@ -358,6 +359,7 @@ class ClusterSimulation {
   uint64_t faults_ = 0;
   uint64_t crashes_ = 0;
   uint64_t events_ = 0;
+  std::map<std::string, uint64_t> counts_;
 };
 
 // ------------------------------------------------------------- adapters
@@ -448,6 +450,7 @@ ClusterSimulation::ClusterSimulation(uint64_t seed, const SimOptions& options)
       store_(cp_.shards, seed) {
   store_.set_max_stale_revisions(cp_.max_stale_revisions);
   max_epoch_.assign(cp_.shards, 0);
+  last_owner_.assign(cp_.shards, -1);
   for (int n = 0; n < cp_.nodes; ++n) {
     nodes_.push_back(std::make_unique<Node>(*this, n, &now_));
     nodes_.back()->unowned_since.assign(cp_.shards, 0);
@@ -495,6 +498,7 @@ void ClusterSimulation::SendTxn(int n, std::shared_ptr<const StoreTxn> txn,
     there = timeout_ms + Uniform(1, 2 * timeout_ms);  // applies late
   }
   auto apply = [this, n, inc, txn, pending] {
+    if (pending->completed) ++counts_["txn_applied_after_timeout"];
     absl::StatusOr<TxnResult> r = store_.Apply(*txn, now_);
     CheckStoreOracles();
     if (!StoreReachable(n) || (faults_on_ && Draw(cp_.lose_store_message))) {
@@ -511,6 +515,7 @@ void ClusterSimulation::SendTxn(int n, std::shared_ptr<const StoreTxn> txn,
   At(there, [this, apply] {
     if (!store_up_) {
       if (faults_on_ && Draw(cp_.keep_when_down)) {
+        ++counts_["txn_kept_while_down"];
         kept_while_down_.push_back(apply);  // applied by the next leader
       }
       return;
@@ -524,6 +529,7 @@ absl::StatusOr<TxnResult> ClusterSimulation::CallNow(int n,
   if (!StoreReachable(n)) return absl::UnavailableError("store unreachable");
   if (faults_on_ && Draw(cp_.lose_call_answer)) {
     ++faults_;
+    ++counts_["call_answer_lost"];
     if (Draw(0.5)) {
       (void)store_.Apply(txn, now_);  // applied; the answer is lost
       CheckStoreOracles();
@@ -659,9 +665,11 @@ void ClusterSimulation::MakeDriver(int n) {
   d.adopt_shards_at_start = false;
   d.may_call = [this, n](const std::string& gid) {
     const bool ok = now_ < nodes_[n]->trust_until_ms;
-    if (!ok)
+    if (!ok) {
+      ++counts_["call_withheld_untrusted"];
       Trace(nodes_[n]->id, " may not call for ", gid, " (trust ended at ",
             nodes_[n]->trust_until_ms, ")");
+    }
     return ok;
   };
   node.driver = std::make_unique<runtime::Driver>(
@@ -670,6 +678,7 @@ void ClusterSimulation::MakeDriver(int n) {
   // A lost shard: its owners go at once.
   node.log->SetShardLostHandler([this, n](uint32_t k, const absl::Status& why) {
     Trace(nodes_[n]->id, " lost shard ", k, ": ", why.ToString());
+    ++counts_["shard_lost"];
     if (nodes_[n]->driver) nodes_[n]->driver->DropLogShard(k, why);
   });
   if (absl::Status s = node.driver->Start(); !s.ok()) {
@@ -681,6 +690,7 @@ void ClusterSimulation::CrashNode(int n) {
   Node& node = *nodes_[n];
   if (!node.up) return;
   Trace(node.id, " crashes");
+  ++counts_["node_crash"];
   ++crashes_;
   ++faults_;
   node.up = false;
@@ -700,6 +710,7 @@ void ClusterSimulation::Pause(int n, int64_t ms) {
   if (!node.up || node.paused) return;
   Trace(node.id, " pauses for ", ms, " ms");
   ++faults_;
+  ++counts_["pause_past_lease"];
   node.paused = true;
   const uint64_t inc = node.incarnation;
   At(ms, [this, n, inc] {
@@ -729,6 +740,7 @@ void ClusterSimulation::KeepAlive(int n) {
   const int64_t sent = now_;
   if (!StoreReachable(n) || (faults_on_ && Draw(cp_.lose_keepalive))) {
     ++faults_;
+    ++counts_["keepalive_lost"];
     return;
   }
   At(StoreLatency(), [this, n, inc, lease, sent] {
@@ -767,6 +779,7 @@ void ClusterSimulation::OnKeepAlive(int n, int64_t sent_ms, int64_t ttl_ms) {
 void ClusterSimulation::LeaseGone(int n) {
   Node& node = *nodes_[n];
   Trace(node.id, " lost its lease ", node.lease);
+  ++counts_["lease_lost"];
   node.trust_until_ms = 0;
   node.registered = false;
   for (uint32_t k = 0; k < cp_.shards; ++k) {
@@ -854,6 +867,10 @@ absl::StatusOr<uint64_t> ClusterSimulation::Adopt(int n, uint32_t k) {
       node.id, " adopts shard ", k, ": ",
       epoch.ok() ? absl::StrCat("epoch ", *epoch) : epoch.status().ToString());
   if (!epoch.ok()) return epoch;
+  ++counts_[max_epoch_[k] == 0    ? "shard_taken_first"
+            : last_owner_[k] == n ? "shard_taken_again"
+                                  : "shard_taken_over"];
+  last_owner_[k] = n;
   // Epochs only grow (DESIGN.md section 14): a new owner, or a restarted
   // one, drives with an epoch higher than every earlier owner's.
   if (*epoch <= max_epoch_[k]) {
@@ -1170,6 +1187,7 @@ void ClusterSimulation::ScheduleStoreOutage() {
     if (!faults_on_) return;
     ++faults_;
     Trace("the store loses its leader");
+    ++counts_["store_outage"];
     store_.ExpireLeases(now_);
     store_up_ = false;
     At(Uniform(1, cp_.max_store_outage_ms), [this] {
@@ -1183,6 +1201,7 @@ void ClusterSimulation::ScheduleLeaderChange() {
   At(Exponential(cp_.leader_changes_per_s), [this] {
     if (!faults_on_) return;
     ++faults_;
+    ++counts_["store_leader_change"];
     if (store_up_) {
       store_.ExpireLeases(now_);
       store_.RenewAllLeases(now_);
@@ -1196,6 +1215,7 @@ void ClusterSimulation::ScheduleStorePartition(int n) {
     if (!faults_on_) return;
     ++faults_;
     Trace(nodes_[n]->id, " is cut from the store");
+    ++counts_["store_partition"];
     nodes_[n]->store_partitioned = true;
     At(Uniform(1, cp_.max_store_partition_ms), [this, n] {
       nodes_[n]->store_partitioned = false;
@@ -1303,6 +1323,8 @@ SeedReport ClusterSimulation::Run() {
     report.crashes = crashes_;
     report.events = events_;
     report.violations = violations_;
+    counts_["stale_read"] = store_.stale_reads();
+    report.cluster_counts = counts_;
     return report;
   };
   while (now_ < params_.faulty_ms && violations_.empty()) {

@@ -211,9 +211,11 @@ absl::StatusOr<std::vector<KeyValue>> FencedStore::Range(const std::string& key,
     rng_state_ ^= rng_state_ << 13;
     rng_state_ ^= rng_state_ >> 7;
     rng_state_ ^= rng_state_ << 17;
-    at = std::max<int64_t>(
+    const int64_t behind = std::max<int64_t>(
         1, at - static_cast<int64_t>(rng_state_ %
                                      static_cast<uint64_t>(max_stale_ + 1)));
+    if (behind < at) ++stale_reads_;
+    at = behind;
   }
   std::vector<KeyValue> out;
   if (!prefix) {

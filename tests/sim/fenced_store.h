@@ -137,8 +137,9 @@ class FencedStore {
 
   // Fencing violations seen (invariant 9), in order.
   const std::vector<std::string>& violations() const { return violations_; }
-  // Writes applied (every put or delete).
+  // Writes applied (every put or delete); unpinned reads answered stale.
   uint64_t writes() const { return writes_; }
+  uint64_t stale_reads() const { return stale_reads_; }
   // Called for every transaction head the store writes.
   std::function<void(const KeyValue&)> on_head_written;
 
@@ -170,6 +171,7 @@ class FencedStore {
   int64_t next_lease_ = 0x1000;
   std::vector<std::string> violations_;
   uint64_t writes_ = 0;
+  uint64_t stale_reads_ = 0;
 };
 
 // The key layout (as wal/src/etcd/etcd_keys.h, without the prefix).

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,9 @@ struct SeedReport {
   uint64_t events = 0;
   std::vector<std::string> violations;  // empty when every invariant held
   std::string cluster_params;  // the cluster simulation's draw, described
+  // The cluster simulation's fault and event counts by name (takeovers,
+  // pauses, fence refusals, late Txns, stale reads, ...).
+  std::map<std::string, uint64_t> cluster_counts;
 };
 
 // Draws the seed's parameters (deterministic in `seed` and `options`).
