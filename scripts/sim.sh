@@ -16,7 +16,8 @@
 #   etcd-like store with leases; node crashes, pauses past the lease, lost
 #   keep-alives, store outages and leader changes, node-store partitions,
 #   late Txns, stale reads. The same summary line. Its breakers:
-#   write-without-fence, takeover-without-cas, unknown-txn-as-refused,
+#   write-without-fence, takeover-without-cas, head-without-cas,
+#   unknown-txn-as-refused,
 #   lease-trust-from-receipt, restart-adopts-old-owner-key (and the core's).
 #   The long swarm: scripts/sim.sh --cluster --seeds 100000 --jobs 2
 #   --jobs J (with --seeds N [--first F]): J processes over disjoint seed

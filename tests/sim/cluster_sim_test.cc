@@ -98,6 +98,13 @@ TEST_CASE("cluster teeth: a takeover without compare-and-set",
   ExpectCaught("takeover-without-cas", "epoch:");
 }
 
+// The per-gid compare-and-set omitted (after a takeover, and any time): a
+// Txn applied late then rolls a transaction back to an older version.
+TEST_CASE("cluster teeth: a head write without compare-and-set",
+          "[sim][cluster]") {
+  ExpectCaught("head-without-cas", "lost update:");
+}
+
 TEST_CASE("cluster teeth: an unknown Txn outcome taken as refused",
           "[sim][cluster]") {
   ExpectCaught("unknown-txn-as-refused", "unknown outcome taken as refused");

@@ -656,6 +656,7 @@ void ClusterSimulation::MakeDriver(int n) {
       options_.cluster_breakers.takeover_without_cas;
   lo.breakers.unknown_outcome_as_refused =
       options_.cluster_breakers.unknown_txn_as_refused;
+  lo.breakers.head_without_cas = options_.cluster_breakers.head_without_cas;
   lo.breakers.adopt_existing_own_key =
       options_.cluster_breakers.restart_adopts_old_owner_key;
   node.log = std::make_unique<FencedLog>(std::move(lo));

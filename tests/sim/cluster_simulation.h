@@ -24,7 +24,8 @@
 // participant call from a node whose lease the store has expired), epochs
 // that only grow (a new owner of a shard has a higher epoch than any before),
 // that no append answered "nothing written" is ever in the store (an unknown
-// outcome is not a refusal), write-ahead against what the store committed,
+// outcome is not a refusal), no lost update (no head written over a version
+// its writer had not seen), write-ahead against what the store committed,
 // no decision changed, no lost-decision alert (11); at the end, after a
 // phase without faults (10: every transaction final without an operator):
 // atomicity, each effect once at the banks, money conserved, nothing held.

@@ -380,8 +380,10 @@ void FencedLog::Flush() {
     st.failure.push_back(GetOp(OwnerKey(k)));
     for (const GidWrite& g : sw.gids) {
       StoreTxn gt;
-      gt.compares = {{HeadKey(k, g.gid), StoreCompare::Target::kModRevision,
-                      g.base_mod_revision}};
+      if (!options_.breakers.head_without_cas) {
+        gt.compares = {{HeadKey(k, g.gid), StoreCompare::Target::kModRevision,
+                        g.base_mod_revision}};
+      }
       StoreOp put;
       put.kind = StoreOp::Kind::kPut;
       put.key = HeadKey(k, g.gid);
@@ -389,6 +391,7 @@ void FencedLog::Flush() {
       put.value.writer_epoch = sw.epoch;
       put.value.append_id = g.last_id;
       put.value.appends = g.appends_after;
+      put.seen_mod_revision = g.base_mod_revision;
       gt.success = {put};
       gt.failure = {GetOp(HeadKey(k, g.gid))};
       st.success.push_back(TxnOp(std::move(gt)));

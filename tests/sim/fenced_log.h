@@ -70,6 +70,7 @@ struct FencedLogBreakers {
   // A refused campaign that finds a key of this log's lease takes it as it
   // is (its old epoch) instead of the fenced delete and a new campaign.
   bool adopt_existing_own_key = false;
+  bool head_without_cas = false;  // no mod_revision compare on a head
 };
 
 struct FencedLogOptions {

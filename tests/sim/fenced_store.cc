@@ -133,6 +133,18 @@ void FencedStore::Run(const StoreTxn& txn, const StoreTxn& root, TxnResult& out,
         kv.mod_revision = revision_;
         kv.lease = op.lease;
         if (op.lease != 0 && leases_.count(op.lease) == 0) break;  // refused
+        // (A copy of the same append again is no lost update.)
+        if (op.seen_mod_revision >= 0 &&
+            op.seen_mod_revision !=
+                (it == kvs_.end() ? 0 : it->second.mod_revision) &&
+            !(it != kvs_.end() && op.value.append_id != 0 &&
+              it->second.value.append_id == op.value.append_id)) {
+          violations_.push_back(absl::StrCat(
+              "lost update: ", root.writer, " wrote ", op.key,
+              " over a version it had not seen (it saw mod_revision ",
+              op.seen_mod_revision, ", the store holds ",
+              it == kvs_.end() ? 0 : it->second.mod_revision, ")"));
+        }
         Write(op.key, kv);
         wrote = true;
         if (kv.value.txn && on_head_written) on_head_written(kv);

@@ -70,6 +70,9 @@ struct StoreOp {
   StoreValue value;     // kPut
   int64_t lease = 0;    // kPut
   std::shared_ptr<const StoreTxn> txn;  // kTxn
+  // The oracle's (kPut): the mod_revision the writer last saw of the key
+  // (-1: none claimed). A put over a later version is a lost update.
+  int64_t seen_mod_revision = -1;
 };
 
 struct StoreCompare {

@@ -75,6 +75,8 @@ bool ApplyBreaker(const std::string& name, SimOptions& options) {
     options.cluster_breakers.unknown_txn_as_refused = true;
   } else if (name == "lease-trust-from-receipt") {
     options.cluster_breakers.lease_trust_from_receipt = true;
+  } else if (name == "head-without-cas") {
+    options.cluster_breakers.head_without_cas = true;
   } else if (name == "restart-adopts-old-owner-key") {
     options.cluster_breakers.restart_adopts_old_owner_key = true;
   } else {
@@ -107,6 +109,7 @@ std::string OptionFlags(const SimOptions& o) {
   if (c.takeover_without_cas) out += " --break takeover-without-cas";
   if (c.unknown_txn_as_refused) out += " --break unknown-txn-as-refused";
   if (c.lease_trust_from_receipt) out += " --break lease-trust-from-receipt";
+  if (c.head_without_cas) out += " --break head-without-cas";
   if (c.restart_adopts_old_owner_key) {
     out += " --break restart-adopts-old-owner-key";
   }

@@ -42,6 +42,7 @@ struct ClusterBreakers {
   bool unknown_txn_as_refused = false;        // a timed-out Txn fails appends
   bool lease_trust_from_receipt = false;      // trust from receipt, not send
   bool restart_adopts_old_owner_key = false;  // old lease and key reused
+  bool head_without_cas = false;  // no compare-and-set on a gid's head
 };
 
 // What a run may break on purpose (the teeth tests), and its size.
