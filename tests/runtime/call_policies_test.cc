@@ -142,6 +142,38 @@ TEST_CASE(
   CHECK(b.ProbeAbandoned("p").empty());
 }
 
+// Found by the cluster simulation: a call admitted as the probe that is then
+// not sent (DriverOptions::may_call refused it) must be abandoned as the
+// probe, else every later phase-2 call to the participant is held for ever.
+TEST_CASE("circuit breaker: Admission says which call it made the probe",
+          "[policies]") {
+  CircuitBreakers b(BreakerOptions{1, 100});
+  bool changed = false, probe = true;
+  CHECK(b.Admission("p", CallKind::kConfirm, 0, nullptr, &probe) ==
+        CircuitBreakers::Admit::kSend);
+  CHECK_FALSE(probe);  // closed: no probe
+  b.OnResult("p", false, 0, &changed);
+  REQUIRE(b.State("p") == BreakerState::kOpen);
+  CHECK(b.Admission("p", CallKind::kConfirm, 150, nullptr, &probe) ==
+        CircuitBreakers::Admit::kSend);
+  CHECK(probe);  // the open period passed: this call is the probe
+  int held = 0;
+  CHECK(b.Admission(
+            "p", CallKind::kConfirm, 151, [&](bool) { ++held; }, &probe) ==
+        CircuitBreakers::Admit::kHold);
+  CHECK_FALSE(probe);
+  // The probe was not sent after all: the held call probes instead.
+  auto next = b.ProbeAbandoned("p");
+  REQUIRE(next.size() == 1);
+  next[0]();
+  CHECK(held == 1);
+  // And with nothing held, the next call probes.
+  CHECK(b.ProbeAbandoned("p").size() == 0);
+  CHECK(b.Admission("p", CallKind::kConfirm, 152, nullptr, &probe) ==
+        CircuitBreakers::Admit::kSend);
+  CHECK(probe);
+}
+
 TEST_CASE("circuit breaker: the failed calls of one request count once",
           "[policies]") {
   CircuitBreakers b(BreakerOptions{3, 100});

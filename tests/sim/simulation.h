@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,23 @@
 
 namespace tcc::sim {
 
+// The cluster simulation's test-only rule breakers (cluster_simulation.h),
+// each against a rule of DESIGN.md section 14.
+struct ClusterBreakers {
+  bool write_without_fence = false;           // the log omits the fence
+  bool takeover_without_cas = false;          // the campaign overwrites a key
+  bool unknown_txn_as_refused = false;        // a timed-out Txn fails appends
+  bool lease_trust_from_receipt = false;      // trust from receipt, not send
+  bool restart_adopts_old_owner_key = false;  // old lease and key reused
+  bool head_without_cas = false;  // no compare-and-set on a gid's head
+};
+
 // What a run may break on purpose (the teeth tests), and its size.
 struct SimOptions {
+  // The cluster simulation (cluster_simulation.h): N nodes over the
+  // modelled fenced store, instead of one tccd over the memory log.
+  bool cluster = false;
+  ClusterBreakers cluster_breakers;
   core::RuleBreakers breakers;
   // The barrier's test-only option: Try skips its anti-hanging rows.
   bool barrier_skip_anti_hanging = false;
@@ -101,6 +117,10 @@ struct SeedReport {
   uint64_t crashes = 0;  // tccd and bank crashes
   uint64_t events = 0;
   std::vector<std::string> violations;  // empty when every invariant held
+  std::string cluster_params;  // the cluster simulation's draw, described
+  // The cluster simulation's fault and event counts by name (takeovers,
+  // pauses, fence refusals, late Txns, stale reads, ...).
+  std::map<std::string, uint64_t> cluster_counts;
 };
 
 // Draws the seed's parameters (deterministic in `seed` and `options`).

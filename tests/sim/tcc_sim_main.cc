@@ -8,6 +8,8 @@
 //   tcc-sim --seeds N [--first F]
 //   tcc-sim --minutes M [--first F]
 //   --short                     the CI profile (smaller seeds)
+//   --cluster                   the cluster simulation (cluster_simulation.h):
+//                               N nodes over the modelled fenced store
 //   --break NAME                turn a test-only rule breaker on (repeatable)
 //   --no-write-ahead-check      other checks only (teeth for decisions)
 //   --slow-links-stay           slow links stay slow in the liveness phase
@@ -18,6 +20,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "cluster_simulation.h"
 #include "sim_search.h"
 
 int main(int argc, char** argv) {
@@ -31,6 +34,9 @@ int main(int argc, char** argv) {
   app.add_option("--first", first, "first seed of a search");
   app.add_option("--minutes", minutes, "search for this long");
   app.add_flag("--short", short_run, "the CI profile: smaller seeds");
+  bool cluster = false;
+  app.add_flag("--cluster", cluster,
+               "N nodes over the modelled fenced store (issue 23)");
   bool slow_links_stay = false, no_write_ahead_check = false;
   app.add_flag("--no-write-ahead-check", no_write_ahead_check,
                "skip the write-ahead check on calls");
@@ -42,6 +48,7 @@ int main(int argc, char** argv) {
 
   tcc::sim::SimOptions options;
   options.short_run = short_run;
+  options.cluster = cluster;
   options.trace = trace;
   options.slow_links_stay = slow_links_stay;
   options.check_write_ahead = !no_write_ahead_check;
@@ -55,7 +62,8 @@ int main(int argc, char** argv) {
   if (seed != 0) {
     budget.first_seed = seed;
     budget.seeds = 1;
-    tcc::sim::SeedReport r = tcc::sim::RunSeed(seed, options);
+    tcc::sim::SeedReport r = cluster ? tcc::sim::RunClusterSeed(seed, options)
+                                     : tcc::sim::RunSeed(seed, options);
     std::printf("sim: seed %llu params %s\n",
                 static_cast<unsigned long long>(seed),
                 r.params.Describe().c_str());

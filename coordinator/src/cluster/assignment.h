@@ -10,15 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "cluster/rendezvous.h"  // RendezvousOwner
 #include "tcc/wal/etcd_membership.h"
 
 namespace tcc::cluster {
-
-// The node among `candidates` (node ids; none empty) with the highest
-// weight for `shard`; "" when there are none. The weight is a fixed 64-bit
-// hash of (node id, shard), the same on every platform.
-std::string RendezvousOwner(uint32_t shard,
-                            const std::vector<std::string>& candidates);
 
 // The candidates of a membership: the live nodes not being drained, or, if
 // every live node is being drained, all of them (a shard needs an owner).

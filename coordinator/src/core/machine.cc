@@ -344,7 +344,12 @@ bool Stepper::DecideByWitnesses() {
   const Decision d = confirm >= 0 ? Decision::kConfirm : Decision::kCancel;
   std::string why = absl::StrCat(name(by), " witnessed ", DecisionName(d),
                                  "; the WAL had lost the decision");
-  Signal(SignalKind::kLostDecision, by, why);
+  // The alert (kLostDecision) waits for the decision to be durable
+  // (OnDecidedDurable): a deposed owner that still holds the transaction in
+  // memory sees the witness of its successor's decision, and its own
+  // Decided is refused by the fence, so it never raises a false alarm
+  // (DESIGN.md section 14, cluster invariant 11).
+  (void)by;
   Decide(d, DecisionCause::kWitnessed, std::move(why));
   return true;
 }
@@ -540,6 +545,13 @@ void Stepper::OnBranchAddedDurable(uint32_t b) {
 void Stepper::OnDecidedDurable() {
   if (t_.decision_durable) return;
   t_.decision_durable = true;
+  if (t_.decision_cause == DecisionCause::kWitnessed) {
+    int by = -1;
+    for (uint32_t b = 0; b < t_.branches.size() && by < 0; ++b) {
+      if (t_.branches[b].witness == t_.decision) by = static_cast<int>(b);
+    }
+    Signal(SignalKind::kLostDecision, by, t_.decision_reason);
+  }
   StartPhase2();
 }
 
@@ -1359,6 +1371,14 @@ absl::Status Stepper::On(const ResumeEvent& e) {
     case TxnState::kTrying:
       effects_.push_back(
           ArmDeadlineEffect{DeadlineKind::kTry, t_.try_deadline_ms});
+      if (o_.breakers.resume_skips_unknown_try_lookup) {
+        for (uint32_t b = 0; b < t_.branches.size(); ++b) {
+          if (t_.branches[b].try_phase.state == PhaseState::kUnknown) {
+            UpdatePhase(b, Phase::kTry, PhaseState::kSucceeded,
+                        Outcome::kExecuted, "breaker: no lookup on resume");
+          }
+        }
+      }
       Evaluate();
       TryDeadlinePassed();
       KickUnresolvedTrys();

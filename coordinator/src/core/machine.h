@@ -184,6 +184,10 @@ struct RuleBreakers {
   bool act_before_decision_durable = false;
   // (c) A replayed REJECTED Try answer is taken as EXECUTED.
   bool replayed_rejected_is_success = false;
+  // (d) Issue 23's takeover without the unknown-Try lookup: a resumed
+  // transaction (after a restart or a takeover) takes every branch whose Try
+  // outcome is unknown as tried (succeeded) instead of asking (Query).
+  bool resume_skips_unknown_try_lookup = false;
 };
 
 struct Options {

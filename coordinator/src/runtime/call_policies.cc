@@ -86,8 +86,9 @@ const char* BreakerStateName(BreakerState s) {
 
 CircuitBreakers::Admit CircuitBreakers::Admission(
     const std::string& participant, CallKind kind, int64_t now_mono,
-    std::function<void(bool)> held) {
+    std::function<void(bool)> held, bool* probe) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (probe != nullptr) *probe = false;
   Breaker& b = breakers_[participant];
   if (b.state == BreakerState::kClosed) return Admit::kSend;
   if (b.state == BreakerState::kOpen &&
@@ -97,6 +98,7 @@ CircuitBreakers::Admit CircuitBreakers::Admission(
   }
   if (b.state == BreakerState::kHalfOpen && !b.probe_in_flight) {
     b.probe_in_flight = true;  // this call is the probe
+    if (probe != nullptr) *probe = true;
     return Admit::kSend;
   }
   if (kind == CallKind::kConfirm || kind == CallKind::kCancel) {

@@ -111,8 +111,10 @@ class CircuitBreakers {
   // Whether a call of `kind` may go now. kHold: `held` is kept and returned
   // by a later OnResult/ProbeDue once the participant is back; it is then
   // called with whether it was released as the probe.
+  // `probe` (if given) says whether a kSend made this call the probe.
   Admit Admission(const std::string& participant, CallKind kind,
-                  int64_t now_mono, std::function<void(bool as_probe)> held);
+                  int64_t now_mono, std::function<void(bool as_probe)> held,
+                  bool* probe = nullptr);
   // A call's result: `reached` when the participant answered (any outcome or
   // a non-transient error). Returns held calls to release now, and whether
   // the state changed (for the observer). `rpc`: the id of the request that

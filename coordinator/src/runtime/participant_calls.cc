@@ -32,10 +32,11 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
         self->hooks_.resume(gid, c, participant, as_probe);
       }
     };
+    bool probe = false;
     switch (breakers_.Admission(participant, KindOf(c.phase),
-                                clock_.MonotonicMs(), held)) {
+                                clock_.MonotonicMs(), held, &probe)) {
       case CircuitBreakers::Admit::kSend:
-        SendAdmitted(gid, participant, c, /*as_probe=*/false, bytes, build);
+        SendAdmitted(gid, participant, c, probe, bytes, build);
         return;
       case CircuitBreakers::Admit::kHold:
         return;
@@ -64,6 +65,11 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
     }
     absl::StatusOr<BranchCall> call = build();
     if (!call.ok()) {
+      // Not sent: if it was the breaker's probe, the next call probes (else
+      // the breaker waits for this one's answer for ever and holds every
+      // later call to the participant; the cluster simulation found it with
+      // a probe refused by DriverOptions::may_call).
+      Abandon(participant, as_probe);
       Deliver(gid, c, absl::UnavailableError(call.status().ToString()),
               /*not_sent=*/true);
       return;
