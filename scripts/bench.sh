@@ -53,11 +53,29 @@
 #                      on (default): tccd sends the Python banks over HTTP
 #                      batches (participants.NAME.batch: true, POST /batch,
 #                      as gRPC's Batch); off: one request per call
+#   --cluster          instead of the set above: the headline case (C=64,
+#                      2 branches, 100 B) and C=1 with tccd on its RocksDB
+#                      WAL (one node), then with 1, 2 and 3 tccd nodes in
+#                      cluster mode over one 3-member loopback etcd
+#                      (scripts/etcd.sh, started and stopped here; a fresh
+#                      key prefix per node count), in one run; fsync on
+#                      everywhere. tcc-bench sends the transactions
+#                      round-robin over the nodes (one connection each), so
+#                      a node forwards what another owns. Per configuration:
+#                      tx/s, p50, p99, etcd Txns per transaction (group
+#                      commit and all of the client's), forwarded calls per
+#                      transaction, CPU s per 1,000 tx of every process
+#                      (nodes, etcd members, banks, tcc-bench), and on paper
+#                      what 3 nodes on 3 machines would do from those CPU
+#                      figures; the last line is
+#                      tcc-bench: cluster_tps_1=N cluster_tps_2=N
+#                        cluster_tps_3=N rocksdb_tps=N etcd_txns_per_tx_3=N
+#                        errors=N
 #
 # Everything runs on 127.0.0.1 with ports picked by the OS; every process
 # started here is stopped on exit (also on error or Ctrl-C), and every step
-# has a time limit. The last line printed (without --python-banks or
-# --etcd) is:
+# has a time limit. The last line printed (without --python-banks,
+# --etcd or --cluster) is:
 #   tcc-bench: tps=N baseline_tps=N ratio=N p50_ms=N p99_ms=N
 #     p99_half_load_ms=N single_p50_ms=N slow_fsync_tps=N recovery_tps=N
 #     errors=N
@@ -81,6 +99,7 @@ python_store=sqlite
 etcd_mode=0
 etcd_members=3
 python_http_batch=on
+cluster_mode=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1 ;;
@@ -98,8 +117,9 @@ while [[ $# -gt 0 ]]; do
     --python-store) python_store=$2; shift ;;
     --python-http-batch) python_http_batch=$2; shift ;;
     --etcd) etcd_mode=1 ;;
+    --cluster) cluster_mode=1 ;;
     --etcd-members) etcd_members=$2; shift ;;
-    -h|--help) sed -n '2,64p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -218,15 +238,8 @@ start_tccd_stack() {
   stack_count=$((stack_count + 1))
   local dir=$run_dir/stack-$stack_count-$variant
   mkdir -p "$dir"
-  local bank bank_pids="" participants=()
-  for bank in bank-a bank-b; do
-    TCC_FAILPOINTS=$bank_fp start_server "$bank-$stack_count" "$bank_bin" \
-      --name "$bank" --listen 127.0.0.1:0 --store rocksdb \
-      --data-dir "$dir/$bank" --accounts 10000 --initial-balance 1000000000
-    bank_pids+=",$server_pid"
-    participants+=(--participant "$bank=127.0.0.1:$server_port")
-  done
-  tccd_participants=("${participants[@]}")
+  start_banks "$dir" "$bank_fp"
+  local participants=("${tccd_participants[@]}")
   tccd_data=$dir/tccd
   local config=$tccd_config listen=127.0.0.1:0
   if [[ $variant == etcd ]]; then
@@ -251,21 +264,114 @@ start_tccd_stack() {
                  "$run_dir/tccd-$stack_count.log" | head -n1)
 }
 
-# A free TCP port on 127.0.0.1 (for tccd's advertise_address in cluster mode,
-# which cannot be port 0; taken meanwhile is unlikely, and fails the start).
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+# start_banks DIR [FAILPOINTS]: the two tcc-bank participants of a stack
+# (above), their data under DIR. Sets bank_pids (",PID_A,PID_B") and
+# tccd_participants (tccd's --participant flags).
+bank_pids=""
+start_banks() {
+  local bank
+  bank_pids="" tccd_participants=()
+  for bank in bank-a bank-b; do
+    TCC_FAILPOINTS=${2:-} start_server "$bank-$stack_count" "$bank_bin" \
+      --name "$bank" --listen 127.0.0.1:0 --store rocksdb \
+      --data-dir "$1/$bank" --accounts 10000 --initial-balance 1000000000
+    bank_pids+=",$server_pid"
+    tccd_participants+=(--participant "$bank=127.0.0.1:$server_port")
+  done
 }
 
-# write_etcd_config FILE LISTEN PREFIX: $tccd_config with its cluster section
-# (the file's last) replaced by one for the etcd of $etcd_endpoints.
+# start_cluster_stack N: the banks (as above) and N tccd nodes in cluster
+# mode on the etcd of $etcd_endpoints, a cluster of their own under a fresh
+# key prefix (`tccd --init-cluster` once, with node 1's configuration), each
+# node listening on (and advertising) a fixed port of its own, then waits
+# until every shard is owned by its assigned node (`tccctl cluster`). Sets
+# cluster_targets (the nodes' addresses, comma-separated), cluster_pids (the
+# nodes' pids, then the banks'), cluster_roles, cluster_metrics (the nodes'
+# /metrics URLs, space-separated) and cluster_settle_s.
+cluster_targets="" cluster_pids="" cluster_roles="" cluster_metrics=""
+cluster_settle_s=0
+ctl_bin=$build_dir/coordinator/tccctl/tccctl
+start_cluster_stack() {
+  local nodes=$1 i
+  [[ -x $tccd_bin && -x $bank_bin && -x $ctl_bin ]] || return 1
+  stack_count=$((stack_count + 1))
+  local dir=$run_dir/stack-$stack_count-cluster-$nodes
+  mkdir -p "$dir"
+  start_banks "$dir"
+  local tokens=$dir/admin-tokens
+  (umask 077 && echo "bench $(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" >"$tokens")
+  local prefix=/tcc-bench/cluster-$nodes-$stack_count/ addresses=() port
+  for port in $(free_port "$nodes"); do
+    addresses+=("127.0.0.1:$port")
+    i=${#addresses[@]}
+    write_etcd_config "$dir/node-$i.yaml" "${addresses[-1]}" "$prefix" "bench-$i"
+  done
+  if ! timeout --kill-after=5 60 "$tccd_bin" --config "$dir/node-1.yaml" \
+      --data-dir "$dir/node-1" --init-cluster \
+      >"$run_dir/tccd-init-$stack_count.log" 2>&1; then
+    echo "bench.sh: tccd --init-cluster failed; its output:" >&2
+    cat "$run_dir/tccd-init-$stack_count.log" >&2
+    exit 1
+  fi
+  local t0 node_pids=""
+  t0=$(now_s)
+  cluster_metrics="" cluster_roles=""
+  for i in $(seq "$nodes"); do
+    start_server "tccd-$stack_count-node-$i" "$tccd_bin" \
+      --config "$dir/node-$i.yaml" --data-dir "$dir/node-$i" \
+      --listen "${addresses[$((i - 1))]}" --metrics-listen 127.0.0.1:0 \
+      --admin-token-file "$tokens" "${tccd_participants[@]}"
+    node_pids+="${node_pids:+,}$server_pid"
+    cluster_roles+="${cluster_roles:+,}node-$i"
+    cluster_metrics+="${cluster_metrics:+ }$(sed -n 's/^metrics: \(http:[^ ]*\)$/\1/p' \
+      "$run_dir/tccd-$stack_count-node-$i.log" | head -n1)"
+  done
+  cluster_targets=$(IFS=,; echo "${addresses[*]}")
+  cluster_pids="$node_pids$bank_pids"
+  cluster_roles+=",bank-a,bank-b"
+  # Settled: every node listed, every shard owned, none still to move to
+  # its assigned node (a node that joins takes its shards by hand-over).
+  local view=$dir/cluster.txt settled=0
+  for _ in $(seq 600); do  # 60 s at most
+    if "$ctl_bin" --addr "${addresses[0]}" --token-file "$tokens" cluster \
+        >"$view" 2>&1 &&
+        grep -q "^nodes ($nodes):" "$view" && grep -q '^unowned: 0' "$view" &&
+        ! grep -q 'moving to their assigned' "$view"; then
+      settled=1
+      break
+    fi
+    sleep 0.1
+  done
+  cluster_settle_s=$(awk -v a="$t0" -v b="$(now_s)" 'BEGIN { printf "%.1f", b - a }')
+  if [[ $settled != 1 ]]; then
+    echo "bench.sh: the $nodes-node cluster did not settle in 60 s; tccctl cluster:" >&2
+    cat "$view" >&2
+    exit 1
+  fi
+  echo "bench.sh: $nodes-node cluster settled $cluster_settle_s s after the first node started" >&2
+}
+
+# free_port [N]: N (default 1) distinct free TCP ports on 127.0.0.1 (for
+# tccd's advertise_address in cluster mode, which cannot be port 0; taken
+# meanwhile is unlikely, and fails the start).
+free_port() {
+  python3 -c 'import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss:
+    s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "${1:-1}"
+}
+
+# write_etcd_config FILE LISTEN PREFIX [NODE_ID]: $tccd_config with its
+# cluster section (the file's last) replaced by one for the etcd of
+# $etcd_endpoints (node id bench-1 unless given).
 etcd_endpoints=""
 write_etcd_config() {
   {
     sed '/^cluster:/,$d' "$tccd_config"
     echo "cluster:"
     echo "  enabled: true"
-    echo "  node_id: bench-1"
+    echo "  node_id: ${4:-bench-1}"
     echo "  advertise_address: $2"
     echo "  key_prefix: $3"
     echo "  etcd:"
@@ -457,7 +563,8 @@ wal_note=""
 recovery_note=""
 total_errors=0
 # Per-run results, set by run_bench.
-r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=0
+# r_cpu is "ROLE CPU_S_PER_1K, ..." (tcc-bench last).
+r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=0 r_cpu=""
 
 # cpu_ticks: "STEAL TOTAL", the machine's CPU ticks stolen by the hypervisor
 # and in all, from /proc/stat (0 0 where there is none).
@@ -539,7 +646,7 @@ run_bench() {
   if [[ -z $line ]]; then
     echo "bench.sh: $label failed (exit $rc); its output:" >&2
     cat "$log" >&2
-    r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=1
+    r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=1 r_cpu=""
     total_errors=$((total_errors + 1))
     table_rows+=("| $label | failed (exit $rc) | | | | | | | | |")
     return 0
@@ -563,6 +670,7 @@ run_bench() {
     cpu+="${cpu:+, }$role ${per_1k:-?}"
     i=$((i + 1))
   done
+  r_cpu=$cpu
   table_rows+=("| $label | $r_tps | $r_p50 | $r_p99 | $r_p999 | $r_max | $r_errors | $cpu | $(cut -d' ' -f1 /proc/loadavg) | $steal |")
 }
 
@@ -616,6 +724,66 @@ run_set() {
     run_bench "$name: C=64, 16 KiB payloads" "$target" "$pids" "$roles" \
       --concurrency 64 --branches 2 --payload-bytes 16384
   fi
+}
+
+# start_etcd MEMBERS: a loopback etcd of MEMBERS members (scripts/etcd.sh,
+# stopped at exit whatever happens, and by etcd.sh itself once this script is
+# gone); sets etcd_env, etcd_endpoints and etcd_pids (comma-separated, m1
+# first).
+start_etcd() {
+  etcd_env=$run_dir/etcd.env
+  if ! scripts/etcd.sh start --members "$1" --owner-pid $$ "$etcd_env" \
+      >"$run_dir/etcd-start.log" 2>&1; then
+    echo "bench.sh: etcd did not start; scripts/etcd.sh said:" >&2
+    cat "$run_dir/etcd-start.log" >&2
+    exit 1
+  fi
+  etcd_endpoints=$(sed -n 's/^export TCC_ETCD_ENDPOINTS=//p' "$etcd_env")
+  etcd_pids=$(scripts/etcd.sh pids "$etcd_env" | paste -sd, -)
+}
+# Which member leads (etcd-N in the tables is member mN; tccd's client
+# talks to the first endpoint, m1, while it answers).
+etcd_leader() {
+  ETCDCTL_API=3 /usr/bin/etcdctl --endpoints "$etcd_endpoints" \
+    --command-timeout 5s endpoint status -w json 2>/dev/null |
+    python3 -c 'import json, sys
+s = json.load(sys.stdin)
+print(next((f"m{i + 1}" for i, e in enumerate(s)
+            if e["Status"]["header"]["member_id"] == e["Status"]["leader"]), "?"))' \
+    2>/dev/null || echo "?"
+}
+# metric_sum NAME URL...: the sum over the pages of every sample of NAME,
+# whatever its labels (0 if absent).
+metric_sum() {
+  local name=$1 url total=0 v
+  shift
+  for url in "$@"; do
+    v=$(curl -s --max-time 5 "$url" 2>/dev/null |
+      awk -v n="$name" '$1 == n || index($1, n "{") == 1 { v += $2 }
+                        END { printf "%.0f\n", v + 0 }')
+    total=$((total + ${v:-0}))
+  done
+  echo "$total"
+}
+# etcd_counts URL...: "TXNS APPENDS CLIENT_TXNS ACCEPTED FORWARDED" now,
+# summed over the nodes (the etcd counters are sampled by tccd every 250 ms:
+# read after a pause; a transaction is accepted by its shard's owner only).
+etcd_counts() {
+  sleep 0.5
+  echo "$(metric_sum tccd_etcd_txns_total "$@") $(metric_sum tccd_etcd_appends_total "$@")" \
+    "$(metric_sum tccd_etcd_client_txns_total "$@")" \
+    "$(metric_sum 'tccd_transactions_total{event="accepted"}' "$@")" \
+    "$(metric_sum tccd_cluster_forwarded_calls_total "$@")"
+}
+# etcd_ratios BEFORE AFTER: "TXNS_PER_TX APPENDS_PER_TXN CLIENT_TXNS_PER_TX
+# TXNS APPENDS TRANSACTIONS FORWARDED_PER_TX".
+etcd_ratios() {
+  awk -v b="$1" -v a="$2" 'BEGIN { split(b, x, " "); split(a, y, " ");
+    t = y[1] - x[1]; n = y[2] - x[2]; c = y[3] - x[3]; tx = y[4] - x[4];
+    f = y[5] - x[5];
+    printf "%.3f %.2f %.3f %d %d %d %.3f\n", (tx > 0 ? t / tx : 0),
+      (t > 0 ? n / t : 0), (tx > 0 ? c / tx : 0), t, n, tx,
+      (tx > 0 ? f / tx : 0) }'
 }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -683,26 +851,7 @@ if [[ $etcd_mode == 1 ]]; then
   # The same two cases on each store, each stack stopped before the next
   # starts; etcd runs from the start (its members idle during the
   # RocksDB runs) and is stopped at exit whatever happens.
-  etcd_env=$run_dir/etcd.env
-  if ! scripts/etcd.sh start --members "$etcd_members" --owner-pid $$ "$etcd_env" \
-      >"$run_dir/etcd-start.log" 2>&1; then
-    echo "bench.sh: etcd did not start; scripts/etcd.sh said:" >&2
-    cat "$run_dir/etcd-start.log" >&2
-    exit 1
-  fi
-  etcd_endpoints=$(sed -n 's/^export TCC_ETCD_ENDPOINTS=//p' "$etcd_env")
-  etcd_pids=$(scripts/etcd.sh pids "$etcd_env" | paste -sd, -)
-  # Which member leads (etcd-N in the table is member mN; tccd's client
-  # talks to the first endpoint, m1, while it answers).
-  etcd_leader() {
-    ETCDCTL_API=3 /usr/bin/etcdctl --endpoints "$etcd_endpoints" \
-      --command-timeout 5s endpoint status -w json 2>/dev/null |
-      python3 -c 'import json, sys
-s = json.load(sys.stdin)
-print(next((f"m{i + 1}" for i, e in enumerate(s)
-            if e["Status"]["header"]["member_id"] == e["Status"]["leader"]), "?"))' \
-      2>/dev/null || echo "?"
-  }
+  start_etcd "$etcd_members"
   headline=(--concurrency 64 --branches 2 --payload-bytes 100)
   single=(--concurrency 1 --branches 2 --payload-bytes 100)
   rocksdb_tps=0 rocksdb_p50=0 rocksdb_p99=0 rocksdb_single_p50=0
@@ -719,21 +868,6 @@ print(next((f"m{i + 1}" for i, e in enumerate(s)
     echo "bench.sh: tccd or tcc-bank is missing in $build_dir" >&2
     exit 1
   fi
-  # etcd_counts URL: "TXNS APPENDS CLIENT_TXNS ACCEPTED" now (the etcd
-  # counters are sampled by tccd every 250 ms: read after a pause).
-  etcd_counts() {
-    sleep 0.5
-    echo "$(metric "$1" tccd_etcd_txns_total) $(metric "$1" tccd_etcd_appends_total)" \
-      "$(metric "$1" tccd_etcd_client_txns_total)" \
-      "$(metric "$1" 'tccd_transactions_total{event="accepted"}')"
-  }
-  # etcd_ratios BEFORE AFTER: "TXNS_PER_TX APPENDS_PER_TXN CLIENT_TXNS_PER_TX".
-  etcd_ratios() {
-    awk -v b="$1" -v a="$2" 'BEGIN { split(b, x, " "); split(a, y, " ");
-      t = y[1] - x[1]; n = y[2] - x[2]; c = y[3] - x[3]; tx = y[4] - x[4];
-      printf "%.3f %.2f %.3f %d %d %d\n", (tx > 0 ? t / tx : 0),
-        (t > 0 ? n / t : 0), (tx > 0 ? c / tx : 0), t, n, tx }'
-  }
   etcd_tps=0 etcd_p50=0 etcd_p99=0 etcd_single_tps=0 etcd_single_p50=0
   etcd_single_p99=0 etcd_txns_per_tx=0 appends_per_txn=0 etcd_note=""
   if start_tccd_stack etcd; then
@@ -745,7 +879,7 @@ print(next((f"m{i + 1}" for i, e in enumerate(s)
       "$tccd_target" "$etcd_all_pids" "$etcd_roles" "${headline[@]}"
     etcd_tps=$r_tps etcd_p50=$r_p50 etcd_p99=$r_p99
     after=$(etcd_counts "$tccd_metrics")
-    read -r etcd_txns_per_tx appends_per_txn client_per_tx t n tx \
+    read -r etcd_txns_per_tx appends_per_txn client_per_tx t n tx _ \
       <<<"$(etcd_ratios "$before" "$after")"
     etcd_note+="Leader during the C=64 run: $(etcd_leader). C=64: $t group-commit etcd Txns for $tx transactions ($etcd_txns_per_tx per transaction), $n appends committed ($appends_per_txn per Txn); every etcd Txn of the node's client (reads included): $client_per_tx per transaction. "
     before=$after
@@ -753,7 +887,7 @@ print(next((f"m{i + 1}" for i, e in enumerate(s)
       "$etcd_all_pids" "$etcd_roles" "${single[@]}"
     etcd_single_tps=$r_tps etcd_single_p50=$r_p50 etcd_single_p99=$r_p99
     after=$(etcd_counts "$tccd_metrics")
-    read -r s_per_tx s_appends s_client t n tx <<<"$(etcd_ratios "$before" "$after")"
+    read -r s_per_tx s_appends s_client t n tx _ <<<"$(etcd_ratios "$before" "$after")"
     etcd_note+="C=1: $t group-commit etcd Txns for $tx transactions ($s_per_tx per transaction), $n appends committed ($s_appends per Txn); every etcd Txn of the client: $s_client per transaction. "
     echo "bench.sh: etcd: $etcd_note" >&2
     cleanup
@@ -775,6 +909,114 @@ print(next((f"m{i + 1}" for i, e in enumerate(s)
        "etcd_ratio=$etcd_ratio etcd_txns_per_tx=$etcd_txns_per_tx" \
        "appends_per_etcd_txn=$appends_per_txn" \
        "etcd_single_p50_ms=$etcd_single_p50 errors=$total_errors"
+  exit 0
+fi
+
+if [[ $cluster_mode == 1 ]]; then
+  # The RocksDB single node first, then 1, 2 and 3 nodes on one 3-member
+  # etcd (started first, idle during the RocksDB runs, stopped at exit
+  # whatever happens), each stack stopped before the next starts.
+  start_etcd 3
+  headline=(--concurrency 64 --branches 2 --payload-bytes 100)
+  single=(--concurrency 1 --branches 2 --payload-bytes 100)
+  rocksdb_tps=0 rocksdb_p50=0 rocksdb_p99=0 rocksdb_cpu=""
+  rocksdb_single_tps=0 rocksdb_single_p50=0 rocksdb_single_p99=0
+  if start_tccd_stack normal; then
+    run_bench "tccd on RocksDB, 1 node: C=64, 2 branches, 100 B" \
+      "$tccd_target" "$tccd_pids" "$tccd_roles" "${headline[@]}"
+    rocksdb_tps=$r_tps rocksdb_p50=$r_p50 rocksdb_p99=$r_p99 rocksdb_cpu=$r_cpu
+    run_bench "tccd on RocksDB, 1 node: C=1" "$tccd_target" "$tccd_pids" \
+      "$tccd_roles" "${single[@]}"
+    rocksdb_single_tps=$r_tps rocksdb_single_p50=$r_p50
+    rocksdb_single_p99=$r_p99
+    cleanup
+  else
+    echo "bench.sh: tccd, tccctl or tcc-bank is missing in $build_dir" >&2
+    exit 1
+  fi
+  etcd_roles=",etcd-1,etcd-2,etcd-3"
+  summary_rows=("| tccd on RocksDB, 1 node | $rocksdb_tps | $rocksdb_p50 | $rocksdb_p99 | $rocksdb_single_tps | $rocksdb_single_p50 | $rocksdb_single_p99 | - | - | - | - | $rocksdb_cpu |")
+  declare -A c_tps c_cpu
+  cluster_note=""
+  for nodes in 1 2 3; do
+    c_tps[$nodes]=0 c_cpu[$nodes]=""
+    what="$nodes nodes"
+    [[ $nodes == 1 ]] && what="1 node"
+    start_cluster_stack "$nodes"
+    all_pids="$cluster_pids,$etcd_pids" all_roles="$cluster_roles$etcd_roles"
+    # shellcheck disable=SC2086  # cluster_metrics is a list of URLs
+    before=$(etcd_counts $cluster_metrics)
+    leader=$(etcd_leader)
+    run_bench "cluster, $what on etcd (3 members): C=64, 2 branches, 100 B" \
+      "$cluster_targets" "$all_pids" "$all_roles" "${headline[@]}"
+    h_tps=$r_tps h_p50=$r_p50 h_p99=$r_p99 h_cpu=$r_cpu
+    # shellcheck disable=SC2086
+    after=$(etcd_counts $cluster_metrics)
+    read -r per_tx per_txn client_per_tx t n tx fwd_per_tx \
+      <<<"$(etcd_ratios "$before" "$after")"
+    before=$after
+    run_bench "cluster, $what on etcd (3 members): C=1" \
+      "$cluster_targets" "$all_pids" "$all_roles" "${single[@]}"
+    s_tps=$r_tps s_p50=$r_p50 s_p99=$r_p99
+    # shellcheck disable=SC2086
+    after=$(etcd_counts $cluster_metrics)
+    read -r s_per_tx s_per_txn s_client s_t s_n s_tx s_fwd \
+      <<<"$(etcd_ratios "$before" "$after")"
+    c_tps[$nodes]=$h_tps c_cpu[$nodes]=$h_cpu
+    [[ $nodes == 3 ]] && etcd_txns_per_tx_3=$per_tx
+    summary_rows+=("| $what on etcd | $h_tps | $h_p50 | $h_p99 | $s_tps | $s_p50 | $s_p99 | $per_tx / $s_per_tx | $client_per_tx / $s_client | $per_txn / $s_per_txn | $fwd_per_tx / $s_fwd | $h_cpu |")
+    cluster_note+="$what: settled $cluster_settle_s s after the first node started; etcd leader $leader; C=64: $t group-commit Txns, $n appends, $tx transactions; C=1: $s_t Txns, $s_n appends, $s_tx transactions. "
+    echo "bench.sh: $what: $per_tx group-commit etcd Txns/tx, $client_per_tx client Txns/tx, $fwd_per_tx forwarded calls/tx at C=64" >&2
+    cleanup
+  done
+  # On paper, from the 3-node C=64 run: 3 machines of $(nproc) cores each,
+  # machine i running node i and etcd member i (the participants and the
+  # load elsewhere). A machine is busy for its node's plus its member's CPU
+  # seconds per transaction; the busiest node beside the busiest member
+  # (m1: every node's client talks to the first endpoint, so m1 also serves
+  # every call and forwards writes to the leader) bounds the cluster. Also:
+  # etcd's work spread evenly (each node's client on its own machine's
+  # member), etcd on machines of its own (its busiest member alone), the
+  # nodes alone, a bank alone.
+  cores=$(nproc)
+  paper=$(awk -v c="${c_cpu[3]}" -v cores="$cores" 'BEGIN {
+    k = split(c, parts, ", "); node = 0; member = 0; bank = 0; who = "?"
+    for (i = 1; i <= k; i++) {
+      split(parts[i], f, " "); v = f[2] + 0
+      if (f[1] ~ /^node-/) { nsum += v; if (v > node) node = v }
+      else if (f[1] ~ /^etcd-/) { esum += v; if (v > member) { member = v; who = f[1] } }
+      else if (f[1] ~ /^bank-/) { if (v > bank) bank = v }
+    }
+    if (node <= 0 || member <= 0) { print "0 0 0 0 0 0 0 0 ? 0"; exit }
+    printf "%.0f %.0f %.0f %.4f %.4f %.4f %.4f %.0f %s %.0f\n",
+      cores * 1000 / (node + member), cores * 1000 / member,
+      cores * 1000 / node, node, member, nsum, esum,
+      (bank > 0 ? cores * 1000 / bank : 0), who,
+      cores * 1000 / (nsum / 3 + esum / 3) }')
+  read -r paper_tps paper_etcd_tps paper_node_tps paper_node paper_member \
+    paper_nsum paper_esum paper_bank_tps paper_who paper_even_tps <<<"$paper"
+  paper_note="On paper, 3 nodes on 3 machines of $cores cores each, machine i running node i and etcd member i, the banks and the load generator elsewhere, from the 3-node C=64 CPU figures (all 3 nodes $paper_nsum, all 3 members $paper_esum CPU-s per 1,000 tx; the busiest node $paper_node, the busiest member $paper_who $paper_member: every node's client talks to the first endpoint, m1, which serves every call and forwards writes to the leader): the machine with the busiest node and member saturates at $cores / ($paper_node + $paper_member) x 1,000 = $paper_tps tx/s; with each node's client on its own machine's member (etcd's work spread evenly) $cores / (($paper_nsum + $paper_esum) / 3) x 1,000 = $paper_even_tps tx/s. etcd on 3 machines of its own would bound it at $paper_etcd_tps tx/s (its busiest member's CPU), the 3 nodes on theirs at $paper_node_tps tx/s, a bank on a machine of its own at $paper_bank_tps tx/s. CPU ceilings only: a closed loop of 64 callers also needs 64 / p50 tx/s of latency, and each member would fsync its own disk."
+  mkdir -p "$(dirname "$out")"
+  {
+    echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${table_rows[@]}"
+    echo
+    echo "| configuration | C=64 tx/s | p50 ms | p99 ms | C=1 tx/s | p50 ms | p99 ms | group-commit etcd Txns per tx (C=64 / C=1) | all client etcd Txns per tx | appends per group-commit Txn | forwarded calls per tx | CPU s per 1,000 tx at C=64, per process |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${summary_rows[@]}"
+    echo
+    echo "etcd and forwarding counted from the nodes' /metrics (summed over the nodes, warm-up included; a transaction is counted by its shard's owner, a forwarded call by the node that forwarded it). $cluster_note"
+    echo
+    echo "$paper_note"
+    echo
+    echo "Machine: $cores cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); CPU time stolen by the hypervisor over the whole set: $(steal_pct "$ticks_start" "$(cpu_ticks)")%."
+    echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback; tccd with $tccd_config (fsync on; in cluster mode with its cluster section replaced: 64 shards, lease TTL 5 s, a fresh key prefix per node count), tcc-bench spreading the transactions round-robin over the nodes (one connection each), banks on the RocksDB barrier (synced), etcd $(/usr/bin/etcd --version 2>/dev/null | sed -n 's/^etcd Version: //p') with 3 members on this machine (scripts/etcd.sh: fsync on)."
+  } | tee "$out"
+  echo "bench.sh: table written to $out; logs in $run_dir" >&2
+  echo "tcc-bench: cluster_tps_1=${c_tps[1]} cluster_tps_2=${c_tps[2]}" \
+       "cluster_tps_3=${c_tps[3]} rocksdb_tps=$rocksdb_tps" \
+       "etcd_txns_per_tx_3=${etcd_txns_per_tx_3:-0} errors=$total_errors"
   exit 0
 fi
 

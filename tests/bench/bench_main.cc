@@ -1,10 +1,13 @@
 // tcc-bench: load generator for any tcc.v1.Coordinator (tccd, or the
 // baseline relay). See load_generator.h for what is measured and how.
 //
-//   tcc-bench --target HOST:PORT [--concurrency 64 | --rate 500]
+//   tcc-bench --target HOST:PORT[,HOST:PORT...] [--concurrency 64 | --rate 500]
 //             [--duration-s 10] [--warmup-s 2] [--branches 2]
 //             [--payload-bytes 100] [--participants bank-a,bank-b] ...
 //
+// With several targets (the nodes of a cluster) each gets --channels
+// connections and the transactions go to them round-robin, as a load
+// balancer in front of the nodes would send them.
 // Prints a Markdown table, then one machine-readable line:
 //   bench: tps=N p50_ms=N p99_ms=N p999_ms=N max_ms=N errors=N [more k=v]
 // With --register N it only registers N transactions (wait_for ACCEPTED,
@@ -162,7 +165,7 @@ int Register(const std::vector<v1::Coordinator::Stub*>& stubs,
                              std::chrono::milliseconds(o.call_timeout_ms));
         v1::SubmitResponse response;
         grpc::Status st =
-            stubs[c % stubs.size()]->Submit(&context, req, &response);
+            stubs[seq % stubs.size()]->Submit(&context, req, &response);
         if (st.ok()) {
           ok.fetch_add(1);
         } else {
@@ -212,7 +215,10 @@ int main(int argc, char** argv) {
   uint64_t register_only = 0;
   o.run_id = RandomRunId();
 
-  app.add_option("--target", target, "coordinator HOST:PORT")->required();
+  app.add_option("--target", target,
+                 "coordinator HOST:PORT, or the nodes of a cluster "
+                 "comma-separated (transactions sent round-robin)")
+      ->required();
   app.add_option("--concurrency", o.concurrency,
                  "closed loop: concurrent callers")
       ->capture_default_str();
@@ -289,25 +295,36 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  const std::vector<std::string> targets =
+      absl::StrSplit(target, ',', absl::SkipWhitespace());
+  if (targets.empty()) {
+    std::fprintf(stderr, "tcc-bench: no --target\n");
+    return 1;
+  }
+  // Channel i of every target before channel i + 1 of any, so consecutive
+  // transactions go to different targets.
   std::vector<std::unique_ptr<v1::Coordinator::Stub>> owned;
   std::vector<v1::Coordinator::Stub*> stubs;
   for (int i = 0; i < channels; ++i) {
-    grpc::ChannelArguments args;
-    // A channel of its own (its own connection) per --channels.
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetInt("tcc.bench.channel_index", i);
-    auto channel = grpc::CreateCustomChannel(
-        target, grpc::InsecureChannelCredentials(), args);
-    const auto deadline = gpr_time_add(
-        gpr_now(GPR_CLOCK_MONOTONIC),
-        gpr_time_from_millis(static_cast<int64_t>(connect_timeout_s * 1000),
-                             GPR_TIMESPAN));
-    if (!channel->WaitForConnected(deadline)) {
-      std::fprintf(stderr, "tcc-bench: cannot connect to %s\n", target.c_str());
-      return 1;
+    for (const std::string& address : targets) {
+      grpc::ChannelArguments args;
+      // A channel of its own (its own connection) per --channels.
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      args.SetInt("tcc.bench.channel_index", i);
+      auto channel = grpc::CreateCustomChannel(
+          address, grpc::InsecureChannelCredentials(), args);
+      const auto deadline = gpr_time_add(
+          gpr_now(GPR_CLOCK_MONOTONIC),
+          gpr_time_from_millis(static_cast<int64_t>(connect_timeout_s * 1000),
+                               GPR_TIMESPAN));
+      if (!channel->WaitForConnected(deadline)) {
+        std::fprintf(stderr, "tcc-bench: cannot connect to %s\n",
+                     address.c_str());
+        return 1;
+      }
+      owned.push_back(v1::Coordinator::NewStub(channel));
+      stubs.push_back(owned.back().get());
     }
-    owned.push_back(v1::Coordinator::NewStub(channel));
-    stubs.push_back(owned.back().get());
   }
 
   if (register_only > 0) {

@@ -152,7 +152,9 @@ void LoadRun::Issue(int caller, Clock::time_point start) {
     ++in_flight_;
     if (start >= window_start_ && start < window_end_) ++result_.started;
   }
-  v1::Coordinator::Stub* stub = stubs_[caller % stubs_.size()];
+  // Round-robin by transaction, so that every node of a cluster gets an even
+  // share whatever the concurrency (C=1 included).
+  v1::Coordinator::Stub* stub = stubs_[sequence % stubs_.size()];
   stub->async()->Submit(
       &call->context, &call->request, &call->response,
       [this, call](grpc::Status status) { OnDone(call, status); });

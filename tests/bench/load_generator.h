@@ -99,9 +99,9 @@ struct LoadResult {
   double tps() const;
 };
 
-// Runs the load. `stubs` (one or more channels to the same coordinator) are
-// used round-robin by caller; they must outlive the call. INVALID_ARGUMENT on
-// bad options.
+// Runs the load. `stubs` (one or more channels, to one coordinator or to the
+// nodes of a cluster) are used round-robin by transaction; they must outlive
+// the call. INVALID_ARGUMENT on bad options.
 [[nodiscard]] absl::StatusOr<LoadResult> RunLoad(
     const std::vector<tcc::v1::Coordinator::Stub*>& stubs,
     const TransferPlanner& planner, const PayloadFormat& format,
