@@ -27,7 +27,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -97,5 +99,14 @@ class SimBank {
   CrashPoint crash_ = CrashPoint::kNone;
   bool crashed_in_handler_ = false;
 };
+
+// The banks' end-of-run checks, the same for every simulation (DESIGN.md
+// section 13): no reservation held (no TRIED record without its phase 2,
+// nothing frozen or incoming, no negative balance), exactly-once from the
+// committed effect counters, and the money the banks started with.
+// `violation` hears each broken rule.
+void CheckBanksAtEnd(const std::vector<std::unique_ptr<SimBank>>& banks,
+                     int64_t initial_total,
+                     const std::function<void(std::string)>& violation);
 
 }  // namespace tcc::sim

@@ -887,50 +887,8 @@ void Simulation::EndChecks() {
       }
     }
   }
-  int64_t total = 0;
-  for (const auto& bank : banks_) {
-    // Termination (section 13.4): no reservation held.
-    for (const auto& [key, rec] : bank->Records()) {
-      if (rec.try_state == barrier::TryState::kTried &&
-          rec.phase_two == barrier::PhaseTwoState::kNone) {
-        Violation(absl::StrCat("reservation held: ", bank->name(), " ",
-                               barrier::ToString(key),
-                               " is TRIED with no phase 2"));
-      }
-    }
-    int i = 0;
-    for (const Account& a : bank->Accounts()) {
-      if (a.frozen != 0 || a.incoming != 0 || a.balance < 0) {
-        Violation(absl::StrCat("reservation held: ", bank->name(), " account ",
-                               i, " ends with balance ", a.balance, ", frozen ",
-                               a.frozen, ", incoming ", a.incoming));
-      }
-      total += a.balance;
-      ++i;
-    }
-    // Exactly-once (section 13.2), from the committed effect counters.
-    for (const auto& [key, n] : bank->Effects()) {
-      for (const auto& [phase, count] :
-           {std::pair{wal::Phase::kTry, n.tries},
-            std::pair{wal::Phase::kConfirm, n.confirms},
-            std::pair{wal::Phase::kCancel, n.cancels}}) {
-        if (count != 0 && count != 1) {
-          Violation(absl::StrCat(
-              "exactly-once: ", bank->name(), " ", core::PhaseName(phase), " ",
-              barrier::ToString(key), " took effect ", count, " times"));
-        }
-      }
-      if (n.confirms > 0 && n.cancels > 0) {
-        Violation(absl::StrCat("exactly-once: ", bank->name(), " ",
-                               barrier::ToString(key),
-                               " both confirmed and cancelled"));
-      }
-    }
-  }
-  if (total != initial_total_) {
-    Violation(absl::StrCat("money: the banks hold ", total, ", not the ",
-                           initial_total_, " they started with"));
-  }
+  CheckBanksAtEnd(banks_, initial_total_,
+                  [this](std::string v) { Violation(std::move(v)); });
 }
 
 }  // namespace
