@@ -1010,12 +1010,13 @@ TEST_CASE(
             " in_flight_final_ms=", final_ms)) == 0);
 }
 
-// Not one of issue 23's drills (hidden: run it by name): every node cut
-// from etcd past its lease at once, then healed. Does the cluster own its
-// shards again without a restart? (A node whose lease is gone drops its
-// shards and, as of this writing, never takes a new lease.)
-TEST_CASE("extra: every node cut from etcd past its lease",
-          "[.][cluster-drill]") {
+// Not one of issue 23's drills: every node cut from etcd past its lease at
+// once, then healed. The cluster owns its shards again without a restart:
+// a node whose lease is gone drops its shards and joins again with a new
+// one (cluster/node_membership.h). Before that, 20 s after the heal every
+// shard was still unowned and nothing was acknowledged until the nodes
+// were restarted.
+TEST_CASE("extra: every node cut from etcd past its lease", "[cluster-drill]") {
   Rig rig("partition-all", false);
   std::map<int, std::vector<std::string>> proxied;
   for (int i = 0; i < 3; ++i) proxied[i] = rig.MakeEtcdProxies();
@@ -1037,10 +1038,6 @@ TEST_CASE("extra: every node cut from etcd past its lease",
   Report(absl::StrCat("extra=partition-all owned_after_heal_ms=", owned_ms,
                       " owners=", rig.OwnersText(),
                       " serving_after_heal=", serving ? 1 : 0));
-  // The bank checks need the transactions finished: restart every node.
-  for (int i = 0; i < 3; ++i) {
-    rig.nodes().KillNode(i);
-    REQUIRE(rig.nodes().StartNode(i).ok());
-  }
+  // No restart: the nodes, joined again, finish what was in flight.
   CHECK(rig.Finish("extra=partition-all kind=summary") == 0);
 }
