@@ -228,6 +228,13 @@ TEST_CASE(
   const size_t at = config.find(one);
   REQUIRE(at != std::string::npos);
   config.replace(at, one.size(), "node_id: node-2");
+  // Its own address: node 1 forwards to the address node 2 advertises.
+  const int second_port = tcc::harness::FreeLoopbackPort();
+  const size_t adv = config.find("advertise_address: ");
+  REQUIRE(adv != std::string::npos);
+  const size_t adv_end = config.find('\n', adv);
+  config.replace(adv, adv_end - adv,
+                 absl::StrCat("advertise_address: 127.0.0.1:", second_port));
   const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-fence-2");
   const tcc::harness::Cleanup cleanup{dir};
   {
@@ -236,7 +243,8 @@ TEST_CASE(
   }
   auto second = Process::Start(ProcessOptions{
       {TCC_TCCD_BIN, "--config", dir + "/tccd.yaml", "--data-dir",
-       dir + "/data", "--listen", "127.0.0.1:0", "--metrics-listen", "off"},
+       dir + "/data", "--listen", absl::StrCat("127.0.0.1:", second_port),
+       "--metrics-listen", "off"},
       {},
       dir + "/tccd.log",
       "tccd node-2"});

@@ -111,6 +111,7 @@ class Server::Impl {
   void WalStats();
   void ReturnFreedMemory(int64_t memory_bytes);
   int64_t peak_memory_bytes_ = 0;  // since the last trim (timer thread)
+  int trims_to_follow_ = 0;        // WalStats ticks of follow-up trims
 };
 
 namespace {
@@ -597,11 +598,18 @@ void Server::Impl::WalStats() {
 // After a backlog drains, the allocator keeps the pages it had: they go back
 // to the system once the transaction state has shrunk by 8 MiB since its
 // peak (glibc's malloc_trim walks every arena; it takes a few ms).
+// What the budget does not count (gRPC's and the transports' buffers, the
+// WAL's) is often freed a moment after the state it served: after a trim,
+// four more follow, one a second, for that.
 void Server::Impl::ReturnFreedMemory(int64_t memory_bytes) {
   peak_memory_bytes_ = std::max(peak_memory_bytes_, memory_bytes);
-  if (peak_memory_bytes_ - memory_bytes < (8 << 20)) return;
-  malloc_trim(0);
-  peak_memory_bytes_ = memory_bytes;
+  if (peak_memory_bytes_ - memory_bytes >= (8 << 20)) {
+    malloc_trim(0);
+    peak_memory_bytes_ = memory_bytes;
+    trims_to_follow_ = 4 * 4;  // ticks of 250 ms
+    return;
+  }
+  if (trims_to_follow_ > 0 && --trims_to_follow_ % 4 == 0) malloc_trim(0);
 }
 
 namespace {
@@ -766,6 +774,18 @@ absl::Status Server::Impl::StartShardManager(const Config& config) {
     return absl::Status(
         s.code(),
         absl::StrCat("cluster: reading the membership: ", s.message()));
+  }
+  // Calls are forwarded to the address a node advertises: two nodes with
+  // one address would forward to each other's listener.
+  if (auto m = shard_manager_->membership()) {
+    for (const wal::MemberInfo& n : m->nodes) {
+      if (n.node_id != cl.node_id && n.address == cl.advertise_address) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cluster.advertise_address: ", cl.advertise_address,
+                         " is advertised by node ", n.node_id,
+                         " already (each node needs its own)"));
+      }
+    }
   }
   cluster::ForwardingRouterOptions ro;
   ro.node_id = cl.node_id;
