@@ -213,8 +213,11 @@ wait_member() {
   local dir=$1 n=$2 ep pid
   ep=$(sed -n "${n}p" "$dir/member-endpoints")
   local deadline=$((SECONDS + 90))
+  # The process start_member just started: its own pid file's (not
+  # member_pid's, which reads the command line, and a process that has not
+  # yet exec'd etcd still shows the shell's: it would look gone).
+  pid=$(cat "$dir/m$n.pid" 2>/dev/null || true)
   while [ $SECONDS -lt $deadline ]; do
-    pid=$(member_pid "$dir" "$n")
     pid_alive "$pid" || return 1
     if listens_on "$pid" "${ep##*:}" &&
       listens_on "$pid" "$(sed -n "${n}p" "$dir/member-peer-ports")" &&
