@@ -235,4 +235,25 @@ void CheckBanksAtEnd(const std::vector<std::unique_ptr<SimBank>>& banks,
   }
 }
 
+void CheckBranchesAtEnd(const std::string& gid, int64_t created_at_ms,
+                        core::TxnState state, bool confirmed,
+                        const std::vector<wal::BranchSpec>& registered,
+                        const std::vector<std::unique_ptr<SimBank>>& banks,
+                        const std::map<std::string, int>& bank_index,
+                        const std::function<void(std::string)>& violation) {
+  for (const wal::BranchSpec& b : registered) {
+    const auto rec = banks[bank_index.at(b.participant)]->Record(
+        {gid, created_at_ms, b.branch_id});
+    const bool branch_confirmed =
+        rec.has_value() && rec->phase_two == barrier::PhaseTwoState::kConfirmed;
+    if (branch_confirmed != confirmed) {
+      violation(absl::StrCat(
+          "atomicity: ", gid, " ended ", core::TxnStateName(state), " but ",
+          gid, "/", b.branch_id, " at ", b.participant, " is ",
+          std::string(barrier::BarrierStateName(
+              barrier::BarrierStateOf(rec.has_value() ? &*rec : nullptr)))));
+    }
+  }
+}
+
 }  // namespace tcc::sim

@@ -100,6 +100,17 @@ class SimBank {
   bool crashed_in_handler_ = false;
 };
 
+// Atomicity at the end (DESIGN.md section 13.1): each of `registered` (the
+// branches tccd registered for `gid`) is confirmed at its bank exactly when
+// the transaction is (`confirmed`; it ended in `state`). `bank_index` maps a
+// participant's name to its index in `banks`.
+void CheckBranchesAtEnd(const std::string& gid, int64_t created_at_ms,
+                        core::TxnState state, bool confirmed,
+                        const std::vector<wal::BranchSpec>& registered,
+                        const std::vector<std::unique_ptr<SimBank>>& banks,
+                        const std::map<std::string, int>& bank_index,
+                        const std::function<void(std::string)>& violation);
+
 // The banks' end-of-run checks, the same for every simulation (DESIGN.md
 // section 13): no reservation held (no TRIED record without its phase 2,
 // nothing frozen or incoming, no negative balance), exactly-once from the

@@ -871,21 +871,9 @@ void Simulation::EndChecks() {
                              registered.size(), " of ", p.spec.branches.size(),
                              " branches"));
     }
-    for (const wal::BranchSpec& b : registered) {
-      const auto rec = banks_[bank_index_[b.participant]]->Record(
-          {gid, p.spec.created_at_ms, b.branch_id});
-      const bool branch_confirmed =
-          rec.has_value() &&
-          rec->phase_two == barrier::PhaseTwoState::kConfirmed;
-      if (branch_confirmed != confirmed) {
-        Violation(absl::StrCat(
-            "atomicity: ", gid, " ended ",
-            core::TxnStateName(stored->summary.state), " but ", gid, "/",
-            b.branch_id, " at ", b.participant, " is ",
-            std::string(barrier::BarrierStateName(
-                barrier::BarrierStateOf(rec.has_value() ? &*rec : nullptr)))));
-      }
-    }
+    CheckBranchesAtEnd(gid, p.spec.created_at_ms, stored->summary.state,
+                       confirmed, registered, banks_, bank_index_,
+                       [this](std::string v) { Violation(std::move(v)); });
   }
   CheckBanksAtEnd(banks_, initial_total_,
                   [this](std::string v) { Violation(std::move(v)); });
