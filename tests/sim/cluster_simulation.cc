@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "cluster/rendezvous.h"
+#include "cluster/ownership.h"
 #include "fenced_log.h"
 #include "fenced_store.h"
 #include "runtime/driver.h"
@@ -220,8 +220,8 @@ struct Node {
   std::unique_ptr<FencedLog> log;
   std::unique_ptr<runtime::Driver> driver;
   std::vector<std::function<void()>> deferred;  // arrived while paused
-  // The shard manager's state (shard_manager.cc's Act).
-  std::vector<int64_t> unowned_since;
+  // The ownership rules' state (cluster/ownership.h), anew at each start.
+  cluster::OwnershipState ownership{0};
 };
 
 class ClusterSimulation {
@@ -453,7 +453,6 @@ ClusterSimulation::ClusterSimulation(uint64_t seed, const SimOptions& options)
   last_owner_.assign(cp_.shards, -1);
   for (int n = 0; n < cp_.nodes; ++n) {
     nodes_.push_back(std::make_unique<Node>(*this, n, &now_));
-    nodes_.back()->unowned_since.assign(cp_.shards, 0);
   }
   // The oracle of unknown outcomes: an append answered "nothing written"
   // must never be in the store.
@@ -564,6 +563,7 @@ void ClusterSimulation::StartNode(int n) {
   node.paused = false;
   node.registered = false;
   node.trust_until_ms = 0;
+  node.ownership = cluster::OwnershipState(cp_.shards);
   if (!options_.cluster_breakers.restart_adopts_old_owner_key) {
     node.lease = 0;
   }
@@ -813,52 +813,41 @@ void ClusterSimulation::ManagerRound(int n) {
   ActOnMembership(n, live, by_shard);
 }
 
-// shard_manager.cc's ShardManager::Act, rule for rule, over the simulated
-// membership (no draining in the simulation).
+// The ownership rules (coordinator/src/cluster/ownership.h, the same code a
+// node's ShardManager runs) over the simulated membership (no draining in
+// the simulation).
 void ClusterSimulation::ActOnMembership(
     int n, const std::set<std::string>& live,
     const std::vector<std::optional<KeyValue>>& owners) {
   Node& node = *nodes_[n];
-  const std::vector<std::string> candidates(live.begin(), live.end());
-  const bool trusted = now_ < node.trust_until_ms;
-  for (uint32_t k = 0; k < cp_.shards; ++k) {
-    if (!node.up || node.paused || !node.driver) return;
-    const std::optional<KeyValue>& owner = owners[k];
-    const std::string assigned = cluster::RendezvousOwner(k, candidates);
-    if (!owner.has_value()) {
-      if (node.unowned_since[k] == 0) node.unowned_since[k] = now_;
-      const bool mine = assigned == node.id;
-      const bool overdue =
-          now_ - node.unowned_since[k] >= cp_.takeover_margin_ms;
-      if (!(mine || overdue) || !trusted) continue;
-      if (node.driver->OwnsShard(k)) {
-        node.driver->DropLogShard(k, absl::UnavailableError("owner key gone"));
-      }
-      if (Adopt(n, k).ok()) node.unowned_since[k] = 0;
-      continue;
-    }
-    node.unowned_since[k] = 0;
-    const bool ours =
-        owner->value.text == node.id && owner->lease == node.lease;
-    if (!ours) {
-      if (node.driver->OwnsShard(k)) {
-        node.driver->DropLogShard(
-            k, absl::UnavailableError(
-                   absl::StrCat("shard owned by ", owner->value.text)));
-      }
-      continue;
-    }
-    if (assigned != node.id && !assigned.empty() && live.count(assigned)) {
-      if (node.driver->OwnsShard(k)) {
-        node.driver->DropLogShard(k, absl::UnavailableError(absl::StrCat(
-                                         "handed over to ", assigned)));
-      }
-      Trace(node.id, " hands shard ", k, " over to ", assigned);
-      (void)node.log->ReleaseShard(k);
-      continue;
-    }
-    if (!node.driver->OwnsShard(k) && trusted) (void)Adopt(n, k);
+  wal::Membership m;
+  for (const std::string& id : live) {
+    m.nodes.push_back(wal::MemberInfo{id, "", 0, false});
   }
+  m.owners.resize(cp_.shards);
+  for (uint32_t k = 0; k < cp_.shards; ++k) {
+    if (!owners[k].has_value()) continue;
+    m.owners[k] = wal::ShardOwnerInfo{
+        owners[k]->value.text, "",
+        static_cast<uint64_t>(owners[k]->create_revision), owners[k]->lease};
+  }
+  cluster::ShardActions actions;
+  actions.lease_id = [&node] { return node.lease; };
+  actions.trusted = [this, &node] { return now_ < node.trust_until_ms; };
+  actions.drives = [&node](uint32_t k) { return node.driver->OwnsShard(k); };
+  actions.adopt = [this, n](uint32_t k) { return Adopt(n, k); };
+  actions.drop = [&node](uint32_t k, const absl::Status& why) {
+    node.driver->DropLogShard(k, why);
+  };
+  actions.release = [this, &node](uint32_t k) {
+    Trace(node.id, " hands shard ", k, " over");
+    return node.log->ReleaseShard(k);
+  };
+  actions.halted = [&node] { return !node.up || node.paused || !node.driver; };
+  cluster::ShardObserver quiet;
+  cluster::ActOnMembership(
+      m, cluster::OwnershipRound{node.id, now_, cp_.takeover_margin_ms},
+      actions, node.ownership, quiet);
 }
 
 absl::StatusOr<uint64_t> ClusterSimulation::Adopt(int n, uint32_t k) {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cluster/rendezvous.h"  // RendezvousOwner
-#include "tcc/wal/etcd_membership.h"
+#include "tcc/wal/membership.h"
 
 namespace tcc::cluster {
 

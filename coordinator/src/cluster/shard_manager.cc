@@ -13,8 +13,7 @@ ShardManager::ShardManager(ShardManagerOptions options, ShardActions actions,
     : options_(std::move(options)),
       actions_(std::move(actions)),
       observer_(observer != nullptr ? observer : &no_observer_),
-      unowned_since_(options_.shards, 0),
-      last_owner_(options_.shards) {}
+      state_(options_.shards) {}
 
 ShardManager::~ShardManager() { Stop(); }
 
@@ -42,77 +41,10 @@ absl::Status ShardManager::RunOnce() {
 }
 
 void ShardManager::Act(const wal::Membership& m) {
-  const std::vector<std::string> candidates = Candidates(m);
-  const int64_t lease = actions_.lease_id();
-  const int64_t now = options_.now_ms();
-  auto live = [&m](const std::string& id) {
-    for (const wal::MemberInfo& n : m.nodes) {
-      if (n.node_id == id) return true;
-    }
-    return false;
-  };
-  for (uint32_t k = 0; k < options_.shards; ++k) {
-    const std::optional<wal::ShardOwnerInfo>& owner = m.owners[k];
-    const std::string assigned = RendezvousOwner(k, candidates);
-    if (!owner.has_value()) {
-      if (unowned_since_[k] == 0) unowned_since_[k] = now;
-      const bool mine = assigned == options_.node_id;
-      const bool overdue =
-          now - unowned_since_[k] >= options_.takeover_margin_ms;
-      // A shard this node drives but whose key is gone (it expired with a
-      // lease, or was released) is not this node's any more.
-      if (actions_.drives(k)) {
-        actions_.drop(k, absl::UnavailableError(absl::StrCat(
-                             "shard ", k, "'s owner key is gone")));
-      }
-      if (!(mine || overdue) || !actions_.trusted()) continue;
-      absl::StatusOr<uint64_t> epoch = actions_.adopt(k);
-      if (!epoch.ok()) {
-        observer_->OnCampaignFailed(k, epoch.status());
-        continue;
-      }
-      observer_->OnTook(k, *epoch, last_owner_[k], now - unowned_since_[k]);
-      unowned_since_[k] = 0;
-      last_owner_[k] = options_.node_id;
-      continue;
-    }
-    unowned_since_[k] = 0;
-    last_owner_[k] = owner->node_id;
-    const bool ours =
-        owner->node_id == options_.node_id && owner->lease == lease;
-    if (!ours) {
-      // Another node's (or an older process's of this id, expiring).
-      if (actions_.drives(k)) {
-        actions_.drop(k, absl::UnavailableError(absl::StrCat(
-                             "shard ", k, " is owned by ", owner->node_id,
-                             " (epoch ", owner->epoch, ")")));
-      }
-      continue;
-    }
-    if (assigned != options_.node_id && !assigned.empty() && live(assigned)) {
-      // Hand-over: stop taking its gids, then the fenced delete.
-      if (actions_.drives(k)) {
-        actions_.drop(k, absl::UnavailableError(absl::StrCat(
-                             "shard ", k, " was handed over to ", assigned)));
-      }
-      if (absl::Status s = actions_.release(k); !s.ok()) {
-        observer_->OnCampaignFailed(k, s);
-        continue;
-      }
-      observer_->OnHandedOver(k, owner->epoch, assigned);
-      continue;
-    }
-    if (!actions_.drives(k) && actions_.trusted()) {
-      // Its key is this node's but the driver let it go (a scan that
-      // failed, a lost campaign answer): taken again, with a new epoch.
-      absl::StatusOr<uint64_t> epoch = actions_.adopt(k);
-      if (!epoch.ok()) {
-        observer_->OnCampaignFailed(k, epoch.status());
-        continue;
-      }
-      observer_->OnTook(k, *epoch, options_.node_id, 0);
-    }
-  }
+  ActOnMembership(m,
+                  OwnershipRound{options_.node_id, options_.now_ms(),
+                                 options_.takeover_margin_ms},
+                  actions_, state_, *observer_);
 }
 
 void ShardManager::Start() {

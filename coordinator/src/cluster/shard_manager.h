@@ -1,24 +1,11 @@
 // Which shards this node drives (DESIGN.md section 14, "Assignment",
 // "Taking a shard", hand-over): a thread of its own reads the cluster's
 // membership (wal/etcd_membership.h) when it changes (etcd watches) and at
-// least every `reread_ms` (a watch can end or go quiet), and then, shard by
-// shard:
-//   - unowned: campaigns if the shard is assigned to this node
-//     (assignment.h), or has been unowned longer than takeover_margin_ms
-//     whoever it is assigned to, and only while the node's lease is trusted;
-//     a campaign won is a takeover: the driver resumes the shard's
-//     unfinished transactions with the new epoch (Driver::AdoptShard);
-//   - owned by this node (its key, under its lease): handed over when it is
-//     assigned to another live node (a node joined, or this one is being
-//     drained): the driver stops driving it first (its callers answered
-//     UNAVAILABLE, to retry at the new owner), then the fenced delete of the
-//     owner key (from then on no write of this node can commit for it);
-//     adopted again if the driver stopped driving it (its scan failed) while
-//     the key is still this node's;
-//   - owned by another node: nothing (requests are forwarded there).
-// It never writes for a shard itself: the log's fence is what makes two
-// writers impossible; this class only decides when to campaign and when to
-// let go.
+// least every `reread_ms` (a watch can end or go quiet), and then applies
+// the ownership rules (ownership.h: campaign, take over, hand over, let go)
+// shard by shard. It never writes for a shard itself: the log's fence is
+// what makes two writers impossible; this class only decides when to
+// campaign and when to let go.
 //
 // What it acts on is passed in (ShardActions), so that it knows neither the
 // driver nor the log.
@@ -40,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cluster/ownership.h"
 #include "tcc/etcd/client.h"
 #include "tcc/etcd/watch_stream.h"
 #include "tcc/wal/etcd_membership.h"
@@ -58,34 +46,6 @@ struct ShardManagerOptions {
   int64_t reread_ms = 1000;
   // Monotonic now (ms).
   std::function<int64_t()> now_ms;
-};
-
-struct ShardActions {
-  std::function<int64_t()> lease_id;  // the node's lease
-  std::function<bool()> trusted;      // the lease may be trusted now
-  std::function<bool(uint32_t)> drives;
-  // Campaigns and resumes (Driver::AdoptShard): the epoch.
-  std::function<absl::StatusOr<uint64_t>(uint32_t)> adopt;
-  std::function<void(uint32_t, const absl::Status&)> drop;
-  // The fenced delete of this node's owner key (EtcdLog::ReleaseShard).
-  std::function<absl::Status(uint32_t)> release;
-};
-
-// Hears of ownership changes (log lines, metrics); called on the manager's
-// thread.
-class ShardObserver {
- public:
-  virtual ~ShardObserver() = default;
-  // Took `shard` at `epoch`; `from`: the node that owned it last as this
-  // node saw it ("" if none seen), `unowned_ms`: how long it was seen
-  // unowned before.
-  virtual void OnTook(uint32_t /*shard*/, uint64_t /*epoch*/,
-                      const std::string& /*from*/, int64_t /*unowned_ms*/) {}
-  virtual void OnHandedOver(uint32_t /*shard*/, uint64_t /*epoch*/,
-                            const std::string& /*to*/) {}
-  virtual void OnCampaignFailed(uint32_t /*shard*/,
-                                const absl::Status& /*why*/) {}
-  virtual void OnReadFailed(const absl::Status& /*why*/) {}
 };
 
 class ShardManager {
@@ -130,9 +90,8 @@ class ShardManager {
   std::vector<std::unique_ptr<etcd::WatchStream>> watches_;
   std::atomic<bool> watch_ended_{false};
 
-  // Act's state (its thread only).
-  std::vector<int64_t> unowned_since_;  // 0: not seen unowned
-  std::vector<std::string> last_owner_;
+  // Act's state (its thread only, or RunOnce's caller: act_mu_).
+  OwnershipState state_;
   std::mutex act_mu_;  // RunOnce against the thread
 };
 

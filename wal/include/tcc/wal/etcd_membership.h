@@ -16,29 +16,9 @@
 
 #include "absl/status/statusor.h"
 #include "tcc/etcd/client.h"
+#include "tcc/wal/membership.h"
 
 namespace tcc::wal {
-
-struct MemberInfo {
-  std::string node_id;
-  std::string address;  // host:port other nodes and clients dial
-  int64_t lease = 0;
-  bool draining = false;
-};
-
-struct ShardOwnerInfo {
-  std::string node_id;
-  std::string address;
-  uint64_t epoch = 0;  // the owner key's create_revision
-  int64_t lease = 0;
-};
-
-struct Membership {
-  int64_t revision = 0;           // etcd's, when it was read
-  std::vector<MemberInfo> nodes;  // by node id
-  // One per shard (the cluster's shard count); empty: no owner.
-  std::vector<std::optional<ShardOwnerInfo>> owners;
-};
 
 // One linearizable read (a read-only Txn) of nodes/, drain/ and shards/*/
 // owner under `key_prefix`, for a cluster of `shards` shards. DATA_LOSS for
