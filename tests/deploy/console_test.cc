@@ -77,12 +77,14 @@ struct HttpReply {
   std::string location, set_cookie, body;
 };
 
-// One HTTP/1.1 request to 127.0.0.1:port.
+// One HTTP/1.1 request to 127.0.0.1:port (30 s at most; throws on a
+// transport error).
 HttpReply Http(int port, http::verb method, const std::string& target,
                std::vector<std::pair<std::string, std::string>> headers = {},
                const std::string& body = "") {
   asio::io_context io;
   beast::tcp_stream stream(io);
+  stream.expires_after(std::chrono::seconds(30));
   stream.connect(asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"),
                                          static_cast<uint16_t>(port)));
   http::request<http::string_body> req{method, target, 11};
@@ -133,7 +135,12 @@ class Browser {
     // The page target's WebSocket.
     std::string path;
     for (int i = 0; i < 50 && path.empty(); ++i) {
-      HttpReply list = Http(port_, http::verb::get, "/json/list");
+      HttpReply list;
+      try {
+        list = Http(port_, http::verb::get, "/json/list");
+      } catch (const std::exception& e) {
+        WARN("DevTools /json/list: " << e.what() << " (retrying)");
+      }
       if (list.status == 200) {
         Value v;
         REQUIRE(
@@ -153,8 +160,14 @@ class Browser {
     REQUIRE(!path.empty());
     asio::ip::tcp::endpoint ep(asio::ip::make_address("127.0.0.1"),
                                static_cast<uint16_t>(port_));
-    ws_.next_layer().connect(ep);
-    ws_.handshake(absl::StrCat("127.0.0.1:", port_), path);
+    try {
+      ws_.next_layer().expires_after(std::chrono::seconds(30));
+      ws_.next_layer().connect(ep);
+      ws_.handshake(absl::StrCat("127.0.0.1:", port_), path);
+    } catch (const std::exception& e) {
+      FAIL("DevTools WebSocket " << path << ": " << e.what() << "\n"
+                                 << LogTail());
+    }
     Send("Page.enable", "{}");
     Send("Emulation.setDeviceMetricsOverride",
          R"({"width":1280,"height":900,"deviceScaleFactor":1,"mobile":false})");
@@ -166,15 +179,27 @@ class Browser {
     process_->Kill();
   }
 
-  // A DevTools command; its "result".
+  // A DevTools command; its "result". A transport error (Chromium gone, or
+  // silent for 60 s) fails the test with what Chromium printed.
   Struct Send(const std::string& method, const std::string& params) {
     const int id = ++next_id_;
-    ws_.write(
-        asio::buffer(absl::StrCat("{\"id\":", id, ",\"method\":\"", method,
-                                  "\",\"params\":", params, "}")));
+    try {
+      ws_.next_layer().expires_after(std::chrono::seconds(60));
+      ws_.write(
+          asio::buffer(absl::StrCat("{\"id\":", id, ",\"method\":\"", method,
+                                    "\",\"params\":", params, "}")));
+    } catch (const std::exception& e) {
+      FAIL("DevTools " << method << ": " << e.what() << "\n" << LogTail());
+    }
     while (true) {
       beast::flat_buffer buffer;
-      ws_.read(buffer);
+      try {
+        ws_.next_layer().expires_after(std::chrono::seconds(60));
+        ws_.read(buffer);
+      } catch (const std::exception& e) {
+        FAIL("DevTools " << method << " (reply): " << e.what() << "\n"
+                         << LogTail());
+      }
       Struct m = ParseJson(beast::buffers_to_string(buffer.data()));
       auto it = m.fields().find("id");
       if (it == m.fields().end() || it->second.number_value() != id) continue;
@@ -217,6 +242,13 @@ class Browser {
   std::string Text(const std::string& id) {
     return Eval("(document.getElementById(" + Quote(id) +
                 ") || {}).innerText || ''");
+  }
+
+  // The end of what Chromium printed, for a failure's message.
+  std::string LogTail() const {
+    const std::string out = process_->Output();
+    return "chromium printed: " +
+           (out.size() > 3000 ? "..." + out.substr(out.size() - 3000) : out);
   }
 
   void Screenshot(const std::string& path) {
