@@ -206,7 +206,9 @@ absl::Status BankCluster::StartBank(const std::string& name) {
                                    "--accounts",
                                    std::to_string(options_.accounts),
                                    "--initial-balance",
-                                   std::to_string(options_.initial_balance)};
+                                   std::to_string(options_.initial_balance),
+                                   "--log-level",
+                                   options_.bank_log_level};
   if (store == "postgres") {
     argv.push_back("--pg-url");
     argv.push_back(options_.pg_url);

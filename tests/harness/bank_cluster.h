@@ -91,6 +91,9 @@ struct ClusterOptions {
   bool metrics = false;
   std::map<std::string, std::string> tccd_env;
   std::map<std::string, std::map<std::string, std::string>> bank_env;
+  // The banks' --log-level: "debug" logs every call they get, with its owner
+  // epoch ("epoch=N").
+  std::string bank_log_level = "info";
   ClusterTls tls;
   // Banks (by name, among `banks`) run by the Python SDK; the script and the
   // PYTHONPATH it needs (the generated stubs, the SDK's sources).

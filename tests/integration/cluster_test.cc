@@ -11,6 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <regex>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +22,8 @@
 #include "etcd_test_env.h"
 #include "process.h"
 #include "tcc/client/coordinator_client.h"
+#include "tcc/etcd/client.h"
+#include "tcc/wal/etcd_membership.h"
 #include "test_dirs.h"
 
 namespace {
@@ -207,8 +212,12 @@ TEST_CASE("another etcd under the cluster's prefix is DATA_LOSS (exit 3)") {
 TEST_CASE(
     "the fence: a node paused past its lease writes nothing once "
     "another took its shards") {
-  // Node 1 (the harness's tccd) on the fixture's etcd.
-  BankCluster c(Options("fence", tcc::etcd::testing::SharedEtcdEndpoints()));
+  // Node 1 (the harness's tccd) on the fixture's etcd; the banks log every
+  // call with its owner epoch.
+  ClusterOptions options =
+      Options("fence", tcc::etcd::testing::SharedEtcdEndpoints());
+  options.bank_log_level = "debug";
+  BankCluster c(options);
   REQUIRE(c.Start().ok());
   std::vector<std::string> gids;
   for (int i = 0; i < 4; ++i) {
@@ -216,6 +225,25 @@ TEST_CASE(
     REQUIRE(c.client().Submit(req).ok());
     gids.push_back(req.gid());
   }
+  // Node 1's epochs: every shard's owner key is its own now. Every later
+  // owner key (node 2's, node 1's after it joins again) is created later,
+  // so its create revision, the epoch, is higher.
+  uint64_t old_epoch = 0;
+  {
+    tcc::etcd::ClientOptions eo;
+    eo.endpoints = c.etcd().endpoints;
+    auto etcd = tcc::etcd::Client::Connect(eo);
+    REQUIRE(etcd.ok());
+    auto m =
+        tcc::wal::ReadMembership(**etcd, c.etcd().key_prefix, c.etcd().shards);
+    REQUIRE(m.ok());
+    for (const auto& o : m->owners) {
+      REQUIRE(o.has_value());
+      CHECK(o->node_id == c.etcd().node_id);
+      old_epoch = std::max(old_epoch, o->epoch);
+    }
+  }
+  REQUIRE(old_epoch > 0);
   // Paused past its lease (2 s): node 2 takes every shard, with higher
   // epochs, once node 1's lease has expired.
   c.tccd()->Signal(SIGSTOP);
@@ -270,6 +298,13 @@ TEST_CASE(
   // it drops every shard, joins again with a new lease and forwards the
   // call to node 2, the owner. Either way node 1 does not exit.
   c.tccd()->Signal(SIGCONT);
+  // From a small slack on (a call node 1 had sent before the pause may still
+  // be on its way), no bank gets a call with one of node 1's old epochs.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  std::map<std::string, size_t> mark;
+  for (const char* b : {"bank-a", "bank-b"}) {
+    mark[b] = c.bank(b)->Output().size();
+  }
   auto once = c.NewClient(1, 10000);
   auto late = c.Transfer("bank-a", 9, "bank-b", 9, 1);
   auto first = once->Submit(late);
@@ -291,6 +326,35 @@ TEST_CASE(
   INFO(served.status().ToString());
   REQUIRE(served.ok());
   gids.push_back(again.gid());
+  {
+    const std::regex call_line(R"(: (try|confirm|cancel) gid=.* epoch=(\d+) )");
+    size_t before_old = 0, after = 0, after_old = 0;
+    for (const char* b : {"bank-a", "bank-b"}) {
+      const std::string out = c.bank(b)->Output();
+      std::istringstream lines(out);
+      size_t at = 0;
+      for (std::string line; std::getline(lines, line);) {
+        const bool late = at >= mark[b];
+        at += line.size() + 1;
+        std::smatch m;
+        if (!std::regex_search(line, m, call_line)) continue;
+        const uint64_t epoch = std::stoull(m[2].str());
+        if (!late) {
+          before_old += epoch <= old_epoch ? 1 : 0;
+          continue;
+        }
+        ++after;
+        if (epoch <= old_epoch) {
+          ++after_old;
+          UNSCOPED_INFO(b << " got a call of node 1's old epochs (<= "
+                          << old_epoch << ") after the slack: " << line);
+        }
+      }
+    }
+    CHECK(before_old > 0);  // node 1's calls before the pause were seen
+    CHECK(after > 0);       // and calls after the slack
+    CHECK(after_old == 0);
+  }
   // Node 2 goes; node 1, restarted, takes the shards back (a higher epoch
   // again) and every transaction is final with the money conserved.
   (*second)->Kill();

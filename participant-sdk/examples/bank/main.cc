@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   int64_t initial_balance = 1000;
   int64_t clock_skew_ms = 5000;
   int64_t lock_timeout_ms = 2000;
+  std::string log_level = "info";
   tcc::participant::ParticipantServerOptions server_options;
   app.add_option("--name", name, "participant name (also the PG schema)");
   app.add_option("--listen", listen, "host:port to serve on (port 0: any)");
@@ -75,6 +76,9 @@ int main(int argc, char** argv) {
                  "PEM private key of --tls-cert");
   app.add_option("--tls-client-ca", server_options.tls_client_ca_file,
                  "mutual TLS: callers need a certificate chaining to this CA");
+  app.add_option("--log-level", log_level,
+                 "debug logs every call (gid, branch, attempt, owner epoch)")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
   server_options.listen_address = listen;
   // gRPC locks absl::Mutex on every call; abseil's deadlock detection (on in
@@ -83,6 +87,7 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   // Logs go to stderr: stdout carries only the "listening on" line.
   spdlog::set_default_logger(spdlog::stderr_color_mt(name));
+  spdlog::set_level(spdlog::level::from_str(log_level));
 
   // Signals are taken synchronously by sigwait below.
   sigset_t signals;
