@@ -25,6 +25,8 @@
 #   --members 1|3            (default 1)
 #   --quota-backend-bytes N  the backend quota (default 2 GiB; a tiny one
 #                            tests etcd out of space)
+#   --max-txn-ops N          (default 1024; a small one tests groups at
+#                            exactly etcd's limit)
 #   --tls                    serve clients over mutual TLS: certificates are
 #                            made in the directory (ca.pem, server.pem,
 #                            client.pem (CN=tcc), nobody-client.pem
@@ -258,11 +260,13 @@ wait_all_gone() {
 
 start() {
   local members=1 quota=$((2 * 1024 * 1024 * 1024)) tls=0 auth=0 ttl=300
+  local max_txn_ops=1024
   local env_file="" owner=""
   while [ $# -gt 0 ]; do
     case $1 in
       --members) members=$2; shift ;;
       --quota-backend-bytes) quota=$2; shift ;;
+      --max-txn-ops) max_txn_ops=$2; shift ;;
       --tls) tls=1 ;;
       --auth) auth=1 ;;
       --auth-token-ttl) ttl=$2; shift ;;
@@ -310,7 +314,7 @@ start() {
         --initial-advertise-peer-urls http://127.0.0.1:$p
         --initial-cluster $initial --initial-cluster-state new
         --initial-cluster-token $token
-        --max-txn-ops 1024 --max-request-bytes 4194304
+        --max-txn-ops $max_txn_ops --max-request-bytes 4194304
         --auto-compaction-mode periodic --auto-compaction-retention 10m
         --quota-backend-bytes $quota --grpc-keepalive-min-time 2s
         --auth-token simple --auth-token-ttl $ttl

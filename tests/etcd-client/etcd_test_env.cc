@@ -77,6 +77,9 @@ absl::StatusOr<std::unique_ptr<EtcdCluster>> EtcdCluster::Start(
     absl::StrAppend(&args, " --quota-backend-bytes ",
                     options.quota_backend_bytes);
   }
+  if (options.max_txn_ops > 0) {
+    absl::StrAppend(&args, " --max-txn-ops ", options.max_txn_ops);
+  }
   absl::StrAppend(&args, " ", env_file);
   if (absl::Status s = cluster->Script(args); !s.ok()) return s;
   cluster->dir_ = EnvValue(env_file, "TCC_ETCD_DIR");

@@ -31,6 +31,7 @@ struct EtcdClusterOptions {
   bool auth = false;  // user tcc / tcc-password
   int auth_token_ttl_s = 300;
   int64_t quota_backend_bytes = 0;  // 0: the script's default
+  int max_txn_ops = 0;              // 0: the script's default (1024)
 };
 
 class EtcdCluster {

@@ -230,6 +230,49 @@ TEST_CASE("groups fit --max-txn-ops along the nesting, and requests' bytes") {
   CHECK(h.log().Stats().unfinished == 120);
 }
 
+TEST_CASE("groups at exactly etcd's --max-txn-ops are taken whole") {
+  // etcd itself limited to 40 ops per Txn, and the log told so: the largest
+  // groups the log builds are exactly at the limit, and etcd takes every
+  // one of them (a Txn over it would be refused, "too many operations in
+  // txn request", and sent again smaller).
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+      EtcdCluster::Start({.members = 1, .max_txn_ops = 40});
+  REQUIRE(cluster.ok());
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = (*cluster)->endpoints(),
+                                   .shards = 3,
+                                   .max_txn_ops = 40});
+  std::vector<AppendRequest> group;
+  for (int i = 0; i < 300; ++i) {
+    const std::string gid = "g" + std::to_string(i);
+    group.push_back(Req(gid, {MakeRegistered(gid, 100)}));
+  }
+  const uint64_t sent = h.etcd_log().txns_sent();
+  const uint64_t refused = h.etcd_log().txns_refused_too_large();
+  for (const absl::Status& s : AppendAll(h.log(), std::move(group))) {
+    CHECK(s.ok());
+  }
+  CHECK(h.etcd_log().txns_sent() - sent >= 3);  // 300 > 3 x 34 per Txn
+  CHECK(h.etcd_log().txns_refused_too_large() == refused);
+  CHECK(h.log().Stats().unfinished == 300);
+  // Told one more than etcd takes, the log's full groups are refused as too
+  // large, sent again smaller, and still every append lands once.
+  EtcdHarness over(RetentionPolicy{},
+                   EtcdHarnessOptions{.endpoints = (*cluster)->endpoints(),
+                                      .shards = 3,
+                                      .max_txn_ops = 41});
+  std::vector<AppendRequest> more;
+  for (int i = 0; i < 300; ++i) {
+    const std::string gid = "h" + std::to_string(i);
+    more.push_back(Req(gid, {MakeRegistered(gid, 100)}));
+  }
+  for (const absl::Status& s : AppendAll(over.log(), std::move(more))) {
+    CHECK(s.ok());
+  }
+  CHECK(over.etcd_log().txns_refused_too_large() > 0);
+  CHECK(over.log().Stats().unfinished == 300);
+}
+
 TEST_CASE("a registration too large for one etcd request is INVALID_ARGUMENT") {
   EtcdHarness h(RetentionPolicy{},
                 EtcdHarnessOptions{.endpoints = {},
@@ -328,6 +371,14 @@ TEST_CASE("a member down: appends go on; etcd restarted mid-append: it lands") {
                  [promise](absl::Status s) { promise->set_value(s); });
   CHECK(pending.wait_for(std::chrono::seconds(3)) ==
         std::future_status::timeout);
+  // A read meanwhile is UNAVAILABLE (retry), etcd's "no leader" or the
+  // log's own refusal while etcd does not answer, not a deadline: the
+  // caller is a driver's shard thread.
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<TxnLog> read = h.log().Read("g2");
+    INFO(read.status().ToString());
+    CHECK(absl::IsUnavailable(read.status()));
+  }
   REQUIRE((*cluster)->StartMembers({2, 1}).ok());
   REQUIRE(pending.wait_for(std::chrono::seconds(60)) ==
           std::future_status::ready);

@@ -272,6 +272,9 @@ class EtcdLog::Impl {
     return s;
   }
   uint64_t txns_sent() const { return txns_sent_.load(); }
+  uint64_t txns_refused_too_large() const {
+    return txns_refused_too_large_.load();
+  }
   uint64_t appends_committed() const { return appends_committed_.load(); }
   double MeanAppendsPerTxn() const {
     const uint64_t t = txns_committed_.load();
@@ -316,7 +319,19 @@ class EtcdLog::Impl {
     std::lock_guard<std::mutex> lock(mu_);
     return stop_;
   }
-  absl::StatusOr<TxnLog> ReadEtcd(std::string_view gid, View* view_out);
+  absl::StatusOr<TxnLog> ReadEtcd(std::string_view gid, View* view_out,
+                                  int64_t timeout_ms = 0);
+  // Whether etcd answered: a read or the committer's Txn that succeeded
+  // marks it reachable, one that failed with an unknown outcome (no leader,
+  // no member reachable, a deadline) unreachable from then on.
+  void NoteReachable(const absl::Status& s);
+  // A caller's read while etcd is unreachable (for kOutageAfterMs): refused
+  // at once (UNAVAILABLE) but one every kProbeEveryMs, which goes to etcd with
+  // a short deadline
+  // (`timeout_ms`). A driver's shard thread that reads a new gid thus waits
+  // milliseconds, not etcd's call timeout, while etcd has no quorum or this
+  // node is cut off from it.
+  absl::Status ReadGate(int64_t* timeout_ms);
 
   const EtcdLogOptions options_;
   const ClusterInfo cluster_;
@@ -334,9 +349,14 @@ class EtcdLog::Impl {
   ShardLostFn lost_fn_;
   absl::Status failure_;
   std::thread committer_;
+  // Steady-clock ms since when etcd has not answered (0: it answers), and
+  // when a caller's read last went to it meanwhile.
+  std::atomic<int64_t> unreachable_since_ms_{0};
+  std::atomic<int64_t> last_probe_ms_{0};
 
   std::atomic<uint64_t> next_append_id_{1};
   std::atomic<uint64_t> txns_sent_{0};
+  std::atomic<uint64_t> txns_refused_too_large_{0};
   std::atomic<uint64_t> txns_committed_{0};
   std::atomic<uint64_t> appends_committed_{0};
   std::atomic<uint64_t> synced_appends_{0};
@@ -350,8 +370,50 @@ class EtcdLog::Impl {
 
 // --- Reads ---
 
+namespace {
+
+constexpr int64_t kOutageAfterMs = 200;
+constexpr int64_t kProbeEveryMs = 500;
+constexpr int64_t kProbeTimeoutMs = 1000;
+
+int64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+void EtcdLog::Impl::NoteReachable(const absl::Status& s) {
+  if (s.ok()) {
+    unreachable_since_ms_.store(0);
+  } else if (etcd::IsUnknownOutcome(s)) {
+    int64_t none = 0;
+    unreachable_since_ms_.compare_exchange_strong(none, SteadyMs());
+  }
+}
+
+absl::Status EtcdLog::Impl::ReadGate(int64_t* timeout_ms) {
+  const int64_t since = unreachable_since_ms_.load();
+  if (since == 0) return absl::OkStatus();
+  const int64_t now = SteadyMs();
+  int64_t last = last_probe_ms_.load();
+  // One failure is not an outage yet (a member restarting, a leader moving).
+  if (now - since < kOutageAfterMs ||
+      (now - last >= kProbeEveryMs &&
+       last_probe_ms_.compare_exchange_strong(last, now))) {
+    *timeout_ms = std::min<int64_t>(kProbeTimeoutMs, options_.txn_timeout_ms);
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "etcd has answered none of this node's calls for ", now - since,
+      " ms (no quorum, or this node is cut off from it): nothing was read "
+      "or written; retry (the same gid and created_at)"));
+}
+
 absl::StatusOr<TxnLog> EtcdLog::Impl::ReadEtcd(std::string_view gid_view,
-                                               View* view_out) {
+                                               View* view_out,
+                                               int64_t timeout_ms) {
   const std::string gid(gid_view);
   const uint32_t k = ShardOfGid(gid, cluster_.shards);
   pb::TxnRequest txn;
@@ -359,7 +421,7 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadEtcd(std::string_view gid_view,
   const std::string rec = keys_.RecordPrefix(k, gid);
   AddRange(txn, true, rec, PrefixEnd(rec));
   AddRange(txn, true, keys_.Done(k, gid));
-  absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn);
+  absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn, timeout_ms);
   if (!r.ok()) return r.status();
   if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
   View view;
@@ -391,12 +453,14 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadEtcd(std::string_view gid_view,
         internal::DecodeCompact(done->value(), done->key());
     if (!entry.ok()) return entry.status();
     out.summary = entry->summary;
+    out.summary.archive_node = entry->archive_node;
     absl::StatusOr<TxnLog> full = archive_->Get(gid);
     if (full.ok() &&
         full->summary.created_at_ms == entry->summary.created_at_ms &&
         full->summary.content_hash == entry->summary.content_hash) {
       out = *std::move(full);
       out.summary.compacted = false;
+      out.summary.archive_node = entry->archive_node;
     } else {
       out.summary.compacted = true;
     }
@@ -411,8 +475,17 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadEtcd(std::string_view gid_view,
 }
 
 absl::StatusOr<TxnLog> EtcdLog::Impl::Read(std::string_view gid) {
+  int64_t timeout_ms = 0;
+  if (absl::Status s = ReadGate(&timeout_ms); !s.ok()) return s;
   View view;
-  absl::StatusOr<TxnLog> read = ReadEtcd(gid, &view);
+  absl::StatusOr<TxnLog> read = ReadEtcd(gid, &view, timeout_ms);
+  NoteReachable(read.status());
+  if (etcd::IsUnknownOutcome(read.status())) {
+    // A read changes nothing: whatever etcd did, the caller may retry.
+    return absl::UnavailableError(
+        absl::StrCat("etcd did not answer the read of gid ", std::string(gid),
+                     ": ", read.status().message(), "; retry"));
+  }
   if (read.ok() || absl::IsNotFound(read.status())) {
     // The caller's reload: a stale view is current again.
     std::lock_guard<std::mutex> lock(mu_);
@@ -1149,6 +1222,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   while (true) {
     txns_sent_.fetch_add(1);
     r = options_.client->Txn(txn, options_.txn_timeout_ms);
+    NoteReachable(r.status());
     if (r.ok()) break;
     const absl::Status& e = r.status();
     if (etcd::IsUnknownOutcome(e)) {
@@ -1168,6 +1242,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     // A definitive refusal: nothing of it was applied.
     std::vector<std::string> gids;
     for (const auto& [gid, w] : group.writes()) gids.push_back(gid);
+    if (etcd::IsTooLarge(e)) txns_refused_too_large_.fetch_add(1);
     if (etcd::IsTooLarge(e) && gids.size() + group.approvals().size() > 1) {
       // Smaller, in order: the later half waits for the next group.
       for (size_t i = gids.size() / 2; i < gids.size(); ++i) {
@@ -1339,6 +1414,16 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
           committed(w, mod);
           continue;
         }
+        // The new owner may have written the gid since: whether an earlier
+        // copy of ours committed is unknown here (the new owner read it at
+        // its epoch if it did). UNAVAILABLE either way: the caller retries
+        // at the new owner, which answers from what etcd holds.
+        const absl::Status unknown = absl::UnavailableError(absl::StrCat(
+            lost.message(),
+            "; an earlier copy of this append may have committed before the "
+            "shard moved (the new owner has it then)"));
+        for (size_t item : w.items) Complete(items[item], unknown);
+        continue;
       }
       for (size_t item : w.items) Complete(items[item], lost);
     }
@@ -1601,6 +1686,9 @@ bool EtcdLog::Owns(uint32_t shard) const { return impl_->Owns(shard); }
 absl::Status EtcdLog::failure() const { return impl_->failure(); }
 const ClusterInfo& EtcdLog::cluster() const { return impl_->cluster(); }
 uint64_t EtcdLog::txns_sent() const { return impl_->txns_sent(); }
+uint64_t EtcdLog::txns_refused_too_large() const {
+  return impl_->txns_refused_too_large();
+}
 uint64_t EtcdLog::appends_committed() const {
   return impl_->appends_committed();
 }

@@ -16,6 +16,9 @@
 //   does, DESIGN.md section 14 "Unknown outcomes"). The one exception is a
 //   refusal etcd makes before proposing anything (an expired auth token):
 //   that Txn is sent again after a new token.
+// - Range and Txn require a leader (etcd's "hasleader" metadata): a member
+//   whose cluster has no quorum refuses them at once (UNAVAILABLE, "no
+//   leader") instead of holding them until the deadline.
 // - Deadlines: every call has one (its own, or options.call_timeout_ms).
 // - TLS: the members' certificates are checked against tls.ca_file; with
 //   cert_file and key_file the client presents its own (mutual TLS).

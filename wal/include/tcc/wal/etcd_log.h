@@ -178,6 +178,10 @@ class EtcdLog final : public Log {
   uint64_t txns_sent() const;
   uint64_t appends_committed() const;
   double MeanAppendsPerTxn() const;
+  // Group Txns etcd refused as too large (over its --max-txn-ops or
+  // --max-request-bytes), each sent again smaller: 0 while the log's
+  // limits are etcd's.
+  uint64_t txns_refused_too_large() const;
 
   class Impl;
 

@@ -141,6 +141,11 @@ struct TxnSummary {
   int64_t finished_at_ms = 0;             // 0 while unfinished
   std::vector<std::string> participants;  // sorted, unique
   bool compacted = false;  // only the compact entry is left (no records)
+  // Cluster mode, a finished transaction: the node whose local archive
+  // keeps its full record (its compact entry names it; DESIGN.md section 14,
+  // "Finishing"). Read from another node, `compacted` is then true there:
+  // the records are that node's. Empty for a local tccd's logs.
+  std::string archive_node;
 };
 
 // A transaction as stored: its summary and its whole record history, in
