@@ -552,8 +552,15 @@ std::string FormatTransaction(const v1::TransactionView& txn, int64_t now_ms) {
 
 std::string FormatShow(const v1::ShowResponse& show, int64_t now_ms) {
   std::string out = FormatTransaction(show.transaction(), now_ms);
-  absl::StrAppend(&out, "timeline (", show.timeline_size(), " records)\n");
-  if (show.timeline_size() == 0) {
+  absl::StrAppend(
+      &out, "timeline (", show.timeline_size(), " records",
+      show.archive_node().empty()
+          ? ""
+          : absl::StrCat(", archived by node ", show.archive_node()),
+      ")\n");
+  if (!show.timeline_missing().empty()) {
+    absl::StrAppend(&out, "  (none shown: ", show.timeline_missing(), ")\n");
+  } else if (show.timeline_size() == 0) {
     absl::StrAppend(&out, "  (none kept: compacted by retention)\n");
   }
   std::vector<std::vector<std::string>> rows;

@@ -29,8 +29,10 @@
 // nodes with anything but UNAVAILABLE/DEADLINE_EXCEEDED, i.e. its shard's
 // new owner has loaded it (a Get loads a gid the takeover's scan has not
 // reached yet; either way it is driven from then on).
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,6 +57,8 @@
 #include "bank_cluster.h"
 #include "bank_load.h"
 #include "etcd_test_env.h"
+#include "tcc/v1/admin.grpc.pb.h"
+#include "tcc/wal/log.h"
 #include "tccd_nodes.h"
 #include "tcp_fault_proxy.h"
 #include "test_dirs.h"
@@ -121,7 +125,9 @@ std::string Shell(const std::string& cmd) {
 // metrics.
 class Rig {
  public:
-  Rig(const std::string& name, bool own_etcd) : name_(name) {
+  Rig(const std::string& name, bool own_etcd,
+      std::vector<std::string> node_args = {})
+      : name_(name) {
     if (own_etcd) {
       auto etcd = EtcdCluster::Start({.members = 3});
       REQUIRE(etcd.ok());
@@ -161,6 +167,7 @@ class Rig {
         "retry:\n"
         "  base_ms: 20\n"
         "  cap_ms: 500\n";
+    no.extra_args = std::move(node_args);
     nodes_ = std::make_unique<TccdNodes>(no);
   }
 
@@ -181,6 +188,7 @@ class Rig {
   }
 
   TccdNodes& nodes() { return *nodes_; }
+  BankCluster& banks() { return *banks_; }
   BankLoad& load() { return *load_; }
   EtcdCluster* own_etcd() { return own_etcd_.get(); }
   const std::vector<std::string>& etcd_endpoints() const {
@@ -734,6 +742,7 @@ TEST_CASE("drill 4: etcd loses one member, then its quorum, then both back",
   co.max_attempts = 1;
   // Longer than tccd's etcd call timeout (5 s): tccd's own answer.
   co.attempt_timeout_ms = 8000;
+  const auto probe_sent = SteadyClock::now();
   tcc::client::CoordinatorClient probe(co);
   tcc::v1::SubmitRequest req;
   auto* b = req.add_branches();
@@ -745,9 +754,13 @@ TEST_CASE("drill 4: etcd loses one member, then its quorum, then both back",
   auto during = probe.Submit(req);
   const std::string probe_code =
       absl::StatusCodeToString(during.status().code());
+  const int64_t probe_ms = MsSince(probe_sent);
   if (during.ok()) {
     rig.Violation("a Submit was answered OK without an etcd quorum");
   }
+  // tccd's own answer, at once: UNAVAILABLE (nothing written; retry), not
+  // the caller's deadline.
+  CHECK(probe_code == "UNAVAILABLE");
   SleepMs(std::max<int64_t>(0, outage_ms - MsSince(t2)));
   const int64_t acked_no_quorum = rig.load().counts().acknowledged - acked2;
   for (int i : rig.AliveIndexes()) {
@@ -775,6 +788,7 @@ TEST_CASE("drill 4: etcd loses one member, then its quorum, then both back",
             " in_flight_at_second_kill=", in_flight_two.size(),
             " acknowledged_20_with_two_members_ms=", served_ms,
             " no_quorum_ms=", outage_ms, " probe_without_quorum=", probe_code,
+            " probe_answered_ms=", probe_ms,
             " acknowledged_without_quorum=", acked_no_quorum,
             " first_20_acknowledged_after_back_ms=", resumed_ms,
             " all_owned_after_back_ms=", owned_ms,
@@ -1040,4 +1054,194 @@ TEST_CASE("extra: every node cut from etcd past its lease", "[cluster-drill]") {
                       " serving_after_heal=", serving ? 1 : 0));
   // No restart: the nodes, joined again, finish what was in flight.
   CHECK(rig.Finish("extra=partition-all kind=summary") == 0);
+}
+
+namespace {
+
+constexpr char kAdminToken[] = "routing-test-token-0123456789abcdef";
+
+// tcc.v1.Admin at one node, as an operator with kAdminToken.
+class NodeAdmin {
+ public:
+  explicit NodeAdmin(const std::string& address)
+      : stub_(v1::Admin::NewStub(grpc::CreateChannel(
+            address, grpc::InsecureChannelCredentials()))) {}
+  template <typename Req, typename Resp, typename Method>
+  grpc::Status Call(Method method, const Req& req, Resp* resp) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::seconds(20));
+    ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kAdminToken));
+    return (stub_.get()->*method)(&ctx, req, resp);
+  }
+  grpc::Status Show(const std::string& gid, v1::ShowResponse* out) {
+    v1::ShowRequest r;
+    r.set_gid(gid);
+    return Call(&v1::Admin::Stub::Show, r, out);
+  }
+  grpc::Status Approve(const std::string& gid) {
+    v1::ShowResponse shown;
+    grpc::Status s = Show(gid, &shown);
+    if (!s.ok()) return s;
+    v1::IssueApprovalRequest r;
+    r.set_action(v1::APPROVAL_ACTION_GATE_APPROVE);
+    r.set_gid(gid);
+    r.set_revision(shown.transaction().revision());
+    r.set_content_hash(shown.transaction().content_hash());
+    r.set_reason("routing test");
+    v1::IssueApprovalResponse issued;
+    s = Call(&v1::Admin::Stub::IssueApproval, r, &issued);
+    if (!s.ok()) return s;
+    v1::ApproveRequest a;
+    a.set_gid(gid);
+    a.set_approval_id(issued.approval().approval_id());
+    v1::ApproveResponse resp;
+    return Call(&v1::Admin::Stub::Approve, a, &resp);
+  }
+
+ private:
+  std::unique_ptr<v1::Admin::Stub> stub_;
+};
+
+// A gid of the prefix whose shard `node` owns now (etcd).
+std::string GidOwnedBy(Rig& rig, const std::string& node,
+                       const std::string& prefix) {
+  auto m = rig.nodes().ReadMembership();
+  REQUIRE(m.ok());
+  for (int i = 0; i < 10000; ++i) {
+    std::string gid = absl::StrCat(prefix, "-", i);
+    const auto& o = m->owners[tcc::wal::ShardOfGid(gid, kShards)];
+    if (o && o->node_id == node) return gid;
+  }
+  FAIL("no gid of " << node);
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE(
+    "routing: a Watch follows its gid across a hand-over; Show fetches a "
+    "finished one's timeline from the node that archived it",
+    "[cluster-routing]") {
+  const std::string tokens_dir =
+      tcc::harness::MakeTempDir("tccd-cluster-routing-tokens");
+  const tcc::harness::Cleanup cleanup{tokens_dir};
+  const std::string tokens = tokens_dir + "/admin-tokens";
+  std::ofstream(tokens) << "alice " << kAdminToken << "\n";
+  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
+  Rig rig("routing", false, {"--admin-token-file", tokens});
+  rig.StartNodes(2);
+  const std::string one = rig.nodes().node_id(0);
+  const std::string two = rig.nodes().node_id(1);
+  REQUIRE(rig.WaitOwnedBy({one, two}, SteadyClock::now(), 30000) >= 0);
+  tcc::client::ClientOptions at_one;
+  at_one.addresses = {rig.nodes().address(0)};
+  tcc::client::CoordinatorClient client_one(at_one);
+
+  // Finished on node 1: its archive keeps the full record.
+  auto done = rig.banks().Transfer("bank-a", 1, "bank-b", 2, 5);
+  done.set_gid(GidOwnedBy(rig, one, "routing-done"));
+  done.set_wait_for(v1::WAIT_FOR_FINISHED);
+  auto finished = client_one.Submit(done);
+  INFO(finished.status().ToString());
+  REQUIRE(finished.ok());
+  REQUIRE(finished->transaction().state() == v1::TXN_STATE_CONFIRMED);
+  NodeAdmin admin_one(rig.nodes().address(0));
+  NodeAdmin admin_two(rig.nodes().address(1));
+  // Its finishing write (the compact entry naming the archive node) may
+  // land a moment after the answer.
+  v1::ShowResponse before;
+  for (int i = 0; i < 100; ++i) {
+    before.Clear();
+    REQUIRE(admin_one.Show(done.gid(), &before).ok());
+    if (!before.archive_node().empty()) break;
+    SleepMs(50);
+  }
+  REQUIRE(before.timeline_size() > 0);
+  CHECK(before.archive_node() == one);
+
+  // Gated on node 1, waiting for an approval; watched at node 1.
+  auto gated = rig.banks().Transfer("bank-a", 3, "bank-b", 4, 7);
+  gated.set_gid(GidOwnedBy(rig, one, "routing-gated"));
+  gated.set_approval_gate(true);
+  gated.set_approval_timeout_ms(120000);
+  gated.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+  REQUIRE(client_one.Submit(gated).ok());
+  bool awaiting = false;
+  for (int i = 0; i < 200 && !awaiting; ++i) {
+    auto v = client_one.Get(gated.gid());
+    awaiting = v.ok() && v->state() == v1::TXN_STATE_AWAITING_APPROVAL;
+    if (!awaiting) SleepMs(50);
+  }
+  REQUIRE(awaiting);
+  auto channel = grpc::CreateChannel(rig.nodes().address(0),
+                                     grpc::InsecureChannelCredentials());
+  auto coordinator = v1::Coordinator::NewStub(channel);
+  grpc::ClientContext watch_ctx;
+  watch_ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(40));
+  v1::WatchRequest wr;
+  wr.set_gid(gated.gid());
+  auto reader = coordinator->Watch(&watch_ctx, wr);
+  std::vector<v1::TxnState> seen;
+  std::mutex seen_mu;
+  grpc::Status watch_end;
+  std::thread watcher([&] {
+    v1::WatchEvent e;
+    while (reader->Read(&e)) {
+      std::lock_guard<std::mutex> lock(seen_mu);
+      seen.push_back(e.transaction().state());
+    }
+    watch_end = reader->Finish();
+  });
+
+  // Node 1 drained: every shard moves to node 2.
+  REQUIRE(rig.nodes().Drain(0).ok());
+  const int64_t moved_ms = rig.WaitOwnedBy({two}, SteadyClock::now(), 30000);
+  REQUIRE(moved_ms >= 0);
+  // Approved at node 2, which drives it now; the Watch opened at node 1
+  // follows it to CONFIRMED and ends.
+  grpc::Status approved;
+  for (int i = 0; i < 100; ++i) {
+    approved = admin_two.Approve(gated.gid());
+    if (approved.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    SleepMs(100);
+  }
+  INFO(approved.error_message());
+  REQUIRE(approved.ok());
+  watcher.join();
+  INFO(watch_end.error_message());
+  CHECK(watch_end.ok());
+  REQUIRE(!seen.empty());
+  CHECK(seen.front() == v1::TXN_STATE_AWAITING_APPROVAL);
+  CHECK(seen.back() == v1::TXN_STATE_CONFIRMED);
+
+  // Show at node 2 (the shard's owner now): the timeline from node 1's
+  // archive, one hop.
+  v1::ShowResponse moved;
+  REQUIRE(admin_two.Show(done.gid(), &moved).ok());
+  CHECK(moved.archive_node() == one);
+  CHECK(moved.timeline_size() == before.timeline_size());
+  CHECK(moved.timeline_missing().empty());
+  CHECK(moved.transaction().state() == v1::TXN_STATE_CONFIRMED);
+
+  // Node 1 stopped for good: its archive went with it, and Show says so.
+  rig.Expect(0, false);
+  auto stopped = rig.nodes().StopNode(0);
+  REQUIRE(stopped.ok());
+  bool gone = false;
+  v1::ShowResponse after;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    after.Clear();
+    REQUIRE(admin_two.Show(done.gid(), &after).ok());
+    gone = !after.timeline_missing().empty();
+    if (!gone) SleepMs(100);
+  }
+  INFO(after.DebugString());
+  REQUIRE(gone);
+  CHECK(after.timeline_size() == 0);
+  CHECK_THAT(after.timeline_missing(), Catch::Contains(one));
+  CHECK(after.transaction().state() == v1::TXN_STATE_CONFIRMED);
+  rig.banks().SetClientAddresses({rig.nodes().address(1)});
+  CHECK(rig.banks().CheckFinal({done.gid(), gated.gid()}, 30000).ok());
 }

@@ -161,6 +161,8 @@ absl::Status TccdNodes::StartNode(int i, int64_t timeout_ms) {
       options_.tccd_bin, "--config",    *config,    "--data-dir",
       DataDir(i),        "--listen",    address(i), "--metrics-listen",
       "127.0.0.1:0",     "--log-level", "info"};
+  argv.insert(argv.end(), options_.extra_args.begin(),
+              options_.extra_args.end());
   absl::Status last;
   // A port just released by a killed node can take a moment to be free.
   for (int attempt = 0; attempt < 20; ++attempt) {

@@ -44,6 +44,8 @@ struct TccdNodesOptions {
   // YAML put before the harness's own keys in every node's config (timeouts,
   // retries; not cluster: or participants:).
   std::string extra_config;
+  // Flags added to every node's command line (e.g. --admin-token-file).
+  std::vector<std::string> extra_args;
 };
 
 class TccdNodes {

@@ -328,6 +328,22 @@ TEST_CASE("show prints the header, every branch, the timeline and approvals") {
                  "Cancel\n"));
 }
 
+TEST_CASE("show names the archive node, and why a timeline is missing") {
+  v1::ShowResponse show;
+  *show.mutable_transaction() = SampleTxn();
+  show.add_timeline()->set_kind("Registered");
+  show.set_archive_node("node-1");
+  CHECK(Contains(FormatShow(show, kNow),
+                 "timeline (1 records, archived by node node-1)\n"));
+  show.clear_timeline();
+  CHECK(Contains(FormatShow(show, kNow),
+                 "(none kept: compacted by retention)\n"));
+  show.set_timeline_missing("node node-1 is not live");
+  const std::string out = FormatShow(show, kNow);
+  CHECK(Contains(out, "  (none shown: node node-1 is not live)\n"));
+  CHECK(!Contains(out, "compacted by retention"));
+}
+
 TEST_CASE("the decision line shows the decision's cause from its field") {
   v1::TransactionView t = SampleTxn();
   t.set_decision_cause(v1::DECISION_CAUSE_WITNESSED);

@@ -34,6 +34,26 @@ rpc::CallRouter::Route ForwardingRouter::ForGid(std::string_view gid) {
   return route;
 }
 
+rpc::CallRouter::Route ForwardingRouter::ForNode(std::string_view node_id) {
+  Route route;
+  if (node_id == options_.node_id) return route;  // kLocal
+  std::shared_ptr<const wal::Membership> m = options_.membership();
+  if (m != nullptr) {
+    for (const wal::MemberInfo& n : m->nodes) {
+      if (n.node_id != node_id || n.address.empty()) continue;
+      route.kind = Route::Kind::kForward;
+      const Peer& peer = PeerFor(n.address);
+      route.stub = peer.coordinator.get();
+      route.admin_stub = peer.admin.get();
+      return route;
+    }
+  }
+  route.kind = Route::Kind::kRefuse;
+  route.refusal = absl::UnavailableError(
+      absl::StrCat("node ", std::string(node_id), " is not a live node"));
+  return route;
+}
+
 void ForwardingRouter::Forwarded(const grpc::Status& status) {
   if (options_.on_forwarded) options_.on_forwarded(status);
 }

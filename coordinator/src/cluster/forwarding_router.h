@@ -41,6 +41,7 @@ class ForwardingRouter final : public rpc::CallRouter {
  public:
   explicit ForwardingRouter(ForwardingRouterOptions options);
   Route ForGid(std::string_view gid) override;
+  Route ForNode(std::string_view node_id) override;
   void Forwarded(const grpc::Status& status) override;
 
  private:

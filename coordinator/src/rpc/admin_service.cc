@@ -187,14 +187,25 @@ grpc::ServerUnaryReactor* AdminService::Show(
     tcc::v1::ShowResponse* response) {
   Call call(*this, ctx, "Show", absl::StrCat("gid=", request->gid()));
   TCC_AUTHENTICATE(call);
-  if (Routed(call, ctx, request->gid(), request, response,
-             TCC_ADMIN_SEND(Show, ShowRequest, ShowResponse))) {
+  const auto& meta = ctx->client_metadata();
+  const bool for_archive =
+      options_.router != nullptr && meta.find(kArchiveHeader) != meta.end();
+  if (!for_archive && Routed(call, ctx, request->gid(), request, response,
+                             TCC_ADMIN_SEND(Show, ShowRequest, ShowResponse))) {
     return call.reactor();
   }
   if (absl::Status s = identity::ValidateGid(request->gid()); !s.ok()) {
     return call.Finish(s);
   }
-  backend_.Get(request->gid(), [this, call, response,
+  if (for_archive) {
+    // Another node's Show of a transaction this node finished: the records
+    // its archive keeps (the other node has the rest).
+    absl::StatusOr<wal::TxnLog> log = backend_.ReadLog(request->gid());
+    if (!log.ok()) return call.Finish(log.status());
+    AddTimeline(*log, response);
+    return call.Finish(absl::OkStatus());
+  }
+  backend_.Get(request->gid(), [this, call, ctx, response,
                                 gid = request->gid()](TxnAnswer a) {
     if (!a.status.ok()) {
       call.Finish(a.status);
@@ -203,12 +214,12 @@ grpc::ServerUnaryReactor* AdminService::Show(
     ToProto(a.view, response->mutable_transaction());
     absl::StatusOr<wal::TxnLog> log = backend_.ReadLog(gid);
     if (log.ok()) {
-      for (const wal::Record& r : log->records) {
-        ToProto(r, response->add_timeline());
-        const std::string& id = response->timeline().rbegin()->approval_id();
-        if (id.empty()) continue;
-        absl::StatusOr<wal::Approval> approval = backend_.ReadApproval(id);
-        if (approval.ok()) ToProto(*approval, response->add_approvals());
+      AddTimeline(*log, response);
+      response->set_archive_node(log->summary.archive_node);
+      if (log->summary.compacted && !log->summary.archive_node.empty() &&
+          options_.router != nullptr) {
+        FetchArchived(call, ctx, gid, log->summary.archive_node, response);
+        return;
       }
     } else if (log.status().code() != absl::StatusCode::kNotFound) {
       call.Finish(log.status());
@@ -217,6 +228,65 @@ grpc::ServerUnaryReactor* AdminService::Show(
     call.Finish(absl::OkStatus());
   });
   return call.reactor();
+}
+
+void AdminService::AddTimeline(const wal::TxnLog& log,
+                               tcc::v1::ShowResponse* response) {
+  for (const wal::Record& r : log.records) {
+    ToProto(r, response->add_timeline());
+    const std::string& id = response->timeline().rbegin()->approval_id();
+    if (id.empty()) continue;
+    absl::StatusOr<wal::Approval> approval = backend_.ReadApproval(id);
+    if (approval.ok()) ToProto(*approval, response->add_approvals());
+  }
+}
+
+void AdminService::FetchArchived(const Call& call,
+                                 grpc::CallbackServerContext* ctx,
+                                 const std::string& gid,
+                                 const std::string& node,
+                                 tcc::v1::ShowResponse* response) {
+  CallRouter* router = options_.router;
+  const CallRouter::Route route = router->ForNode(node);
+  if (route.kind == CallRouter::Route::Kind::kLocal) {
+    // This node's own archive had nothing: retention compacted it.
+    call.Finish(absl::OkStatus());
+    return;
+  }
+  if (route.kind == CallRouter::Route::Kind::kRefuse) {
+    response->set_timeline_missing(absl::StrCat(
+        "its full record was kept by node ", node,
+        ", which is not live (its archive went with it): only the compact "
+        "entry is left"));
+    call.Finish(absl::OkStatus());
+    return;
+  }
+  auto client = std::make_shared<grpc::ClientContext>();
+  client->set_deadline(ctx->deadline());
+  client->AddMetadata(kArchiveHeader, "1");
+  const auto& meta = ctx->client_metadata();
+  if (auto auth = meta.find("authorization"); auth != meta.end()) {
+    client->AddMetadata("authorization",
+                        std::string(auth->second.data(), auth->second.size()));
+  }
+  auto request = std::make_shared<tcc::v1::ShowRequest>();
+  request->set_gid(gid);
+  auto archived = std::make_shared<tcc::v1::ShowResponse>();
+  route.admin_stub->async()->Show(
+      client.get(), request.get(), archived.get(),
+      [call, client, request, archived, router, node,
+       response](grpc::Status status) {
+        router->Forwarded(status);
+        if (status.ok()) {
+          *response->mutable_timeline() = archived->timeline();
+          *response->mutable_approvals() = archived->approvals();
+        } else {
+          response->set_timeline_missing(
+              absl::StrCat("its full record is kept by node ", node,
+                           ", which did not answer: ", status.error_message()));
+        }
+        call.Finish(absl::OkStatus());
+      });
 }
 
 grpc::ServerUnaryReactor* AdminService::List(

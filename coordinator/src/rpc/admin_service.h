@@ -120,6 +120,14 @@ class AdminService final : public tcc::v1::Admin::CallbackService {
               const std::string& gid, const Request* request,
               Response* response, Send send);
 
+  // Show's timeline and the approvals its records consumed.
+  void AddTimeline(const wal::TxnLog& log, tcc::v1::ShowResponse* response);
+  // Cluster mode: the timeline of a finished transaction from `node`, whose
+  // archive keeps it (or why not, in timeline_missing); finishes `call`.
+  void FetchArchived(const Call& call, grpc::CallbackServerContext* ctx,
+                     const std::string& gid, const std::string& node,
+                     tcc::v1::ShowResponse* response);
+
   // Checks the approval before it is handed to the driver.
   [[nodiscard]] absl::Status CheckApproval(const std::string& approval_id,
                                            wal::ApprovalAction action,

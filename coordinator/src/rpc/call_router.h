@@ -26,6 +26,9 @@ namespace tcc::rpc {
 
 // Metadata a forwarding node puts on the call it forwards.
 inline constexpr char kForwardedHeader[] = "x-tccd-forwarded";
+// Metadata on an Admin Show sent to a finished transaction's archive node:
+// answer from the local archive (the timeline and approvals), no routing.
+inline constexpr char kArchiveHeader[] = "x-tccd-archive";
 
 class CallRouter {
  public:
@@ -39,6 +42,10 @@ class CallRouter {
   };
   virtual ~CallRouter() = default;
   virtual Route ForGid(std::string_view gid) = 0;
+  // The node `node_id` (a finished transaction's archive node, say): its
+  // services (kForward), kLocal for this node, kRefuse (UNAVAILABLE) when
+  // it is not a live node.
+  virtual Route ForNode(std::string_view node_id) = 0;
   // A forwarded call ended with `status` (for metrics).
   virtual void Forwarded(const grpc::Status& /*status*/) {}
 };

@@ -429,14 +429,17 @@ class RefusedWatch final
   void OnDone() override { delete this; }
 };
 
-// Cluster mode: a Watch of a gid whose shard this node does not drive. The
-// gid's view is polled every kRelayPollMs with a Get routed anew each time
-// (forwarded to the owner, or served here once the shard moved here), so
-// the stream follows the gid across a takeover or a hand-over; each change
-// is written, and the stream ends after the final state, on NOT_FOUND, when
-// the client goes, or after kRelayMaxUnowned polls without an owner.
-// Callbacks (the Get, the timer) share `State` with the reactor and touch
-// the reactor only until OnDone.
+// Cluster mode: every Watch, so that the stream follows its gid across a
+// takeover or a hand-over. Every kRelayPollMs the relay asks the router
+// where the gid is served: while this node drives its shard, the driver's
+// own subscription pushes each change (none is missed); elsewhere the
+// gid's view is polled with a Get forwarded to the owner (changes closer
+// together than a poll may be seen as one). A shard moving away (it goes
+// quiet here) or arriving switches the mode at the next tick. The stream
+// ends after the final state, on NOT_FOUND, when the client goes, or after
+// kRelayMaxUnowned polls without an owner. Callbacks (the Get, the timer,
+// the subscription) share `State` with the reactor and touch the reactor
+// only until OnDone.
 constexpr int64_t kRelayPollMs = 100;
 constexpr int kRelayMaxUnowned = 600;  // a minute without an owner
 
@@ -496,14 +499,22 @@ class RelayWatch final : public grpc::ServerWriteReactor<tcc::v1::WatchEvent> {
     state_->backend = &backend;
     state_->gid = std::move(gid);
     state_->reactor = this;
-    Poll(state_);
+    Tick(state_);
   }
 
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::mutex> lock(state_->mu);
+    state_->writing = false;
     if (!ok) return FinishLocked(*state_, grpc::Status::CANCELLED);
+    if (state_->finish_after_write) {
+      return FinishLocked(*state_, *state_->finish_after_write);
+    }
     if (state_->final_sent) return FinishLocked(*state_, grpc::Status::OK);
-    ScheduleLocked(state_);
+    if (state_->pending) {
+      state_->event = *std::move(state_->pending);
+      state_->pending.reset();
+      WriteLocked(*state_);
+    }
   }
 
   void OnCancel() override {
@@ -518,10 +529,13 @@ class RelayWatch final : public grpc::ServerWriteReactor<tcc::v1::WatchEvent> {
   }
 
   void OnDone() override {
+    std::unique_ptr<WatchSubscription> sub;
     {
       std::lock_guard<std::mutex> lock(state_->mu);
-      state_->reactor = nullptr;  // a pending poll finds it gone
+      state_->reactor = nullptr;  // a pending tick or poll finds it gone
+      sub = std::move(state_->subscription);
     }
+    sub.reset();  // no more pushes once this returns
     streams_.fetch_sub(1);
     delete this;
   }
@@ -533,84 +547,163 @@ class RelayWatch final : public grpc::ServerWriteReactor<tcc::v1::WatchEvent> {
     CallRouter* router = nullptr;
     CoordinatorBackend* backend = nullptr;
     std::string gid;
+    // Push mode: the driver's subscription (this node drives the shard);
+    // `resubscribe` once it ended with UNAVAILABLE.
+    std::unique_ptr<WatchSubscription> subscription;
+    bool resubscribe = false;
+    // Poll mode: the Get in flight.
+    bool polling = false;
     std::unique_ptr<grpc::ClientContext> client;
     tcc::v1::GetRequest request;
     tcc::v1::GetResponse response;
+    // The write in flight, and the newest view waiting behind it.
     tcc::v1::WatchEvent event;
-    std::string last;  // the last view written, serialized
+    std::optional<tcc::v1::WatchEvent> pending;
+    bool writing = false;
+    std::optional<grpc::Status> finish_after_write;
+    std::string last;  // the last view queued, serialized
     int unowned = 0;
     bool cancelled = false;
     bool finished = false;
     bool final_sent = false;
   };
 
+  static bool Over(const State& st) {
+    return st.finished || st.reactor == nullptr;
+  }
+
+  // Finishes now, or once the write in flight is done.
   static void FinishLocked(State& st, grpc::Status status) {
-    if (st.finished || st.reactor == nullptr) return;
+    if (Over(st)) return;
+    if (st.writing) {
+      if (!st.finish_after_write) st.finish_after_write = std::move(status);
+      return;
+    }
     st.finished = true;
     st.reactor->Finish(std::move(status));
   }
 
-  static void ScheduleLocked(const std::shared_ptr<State>& st) {
-    if (st->finished || st->reactor == nullptr) return;
-    RelayTimer::Get().After(kRelayPollMs, [st] { Poll(st); });
+  static void WriteLocked(State& st) {
+    st.writing = true;
+    wal::TxnState state;
+    st.final_sent = FromProto(st.event.transaction().state(), &state) &&
+                    wal::IsFinal(state);
+    st.reactor->StartWrite(&st.event);
   }
 
-  // One Get, wherever the gid is served now.
-  static void Poll(const std::shared_ptr<State>& st) {
+  // Queues a view (skipping one equal to the last): written now, or after
+  // the write in flight (only the newest waiting one matters).
+  static void EmitLocked(State& st, const tcc::v1::TransactionView& view) {
+    std::string now = view.SerializeAsString();
+    if (now == st.last || st.final_sent) return;
+    st.last = std::move(now);
+    tcc::v1::WatchEvent e;
+    *e.mutable_transaction() = view;
+    if (st.writing) {
+      st.pending = std::move(e);
+      return;
+    }
+    st.event = std::move(e);
+    WriteLocked(st);
+  }
+
+  // Where the gid is served now: push here, or poll the owner.
+  static void Tick(const std::shared_ptr<State>& st) {
+    enum class Todo { kNothing, kSubscribe, kPoll };
+    Todo todo = Todo::kNothing;
+    std::unique_ptr<WatchSubscription> gone;
     CallRouter::Route route;
     {
       std::lock_guard<std::mutex> lock(st->mu);
-      if (st->finished || st->reactor == nullptr) return;
+      if (Over(*st)) return;
       route = st->router->ForGid(st->gid);
-      if (route.kind == CallRouter::Route::Kind::kForward) {
-        st->client = std::make_unique<grpc::ClientContext>();
-        st->client->set_deadline(std::chrono::system_clock::now() +
-                                 std::chrono::seconds(5));
-        st->client->AddMetadata(kForwardedHeader, "1");
-        st->request.set_gid(st->gid);
-        st->response.Clear();
+      if (route.kind == CallRouter::Route::Kind::kLocal) {
+        if (st->subscription == nullptr || st->resubscribe) {
+          gone = std::move(st->subscription);
+          st->resubscribe = false;
+          todo = Todo::kSubscribe;
+        }
+      } else {
+        gone = std::move(st->subscription);  // the shard moved away
+        if (!st->polling) {
+          st->polling = true;
+          todo = Todo::kPoll;
+          if (route.kind == CallRouter::Route::Kind::kForward) {
+            st->client = std::make_unique<grpc::ClientContext>();
+            st->client->set_deadline(std::chrono::system_clock::now() +
+                                     std::chrono::seconds(5));
+            st->client->AddMetadata(kForwardedHeader, "1");
+            st->request.set_gid(st->gid);
+            st->response.Clear();
+          }
+        }
       }
     }
-    switch (route.kind) {
-      case CallRouter::Route::Kind::kRefuse:
-        return Got(st, route.refusal, nullptr);
-      case CallRouter::Route::Kind::kLocal:
-        st->backend->Get(st->gid, [st](TxnAnswer a) {
-          tcc::v1::TransactionView view;
-          if (a.status.ok()) ToProto(a.view, &view);
-          Got(st, a.status, &view);
-        });
-        return;
-      case CallRouter::Route::Kind::kForward:
-        route.stub->async()->Get(st->client.get(), &st->request, &st->response,
-                                 [st](grpc::Status s) {
-                                   Got(st, FromGrpc(s),
-                                       &st->response.transaction());
-                                 });
-        return;
+    // Outside st->mu: a subscription's end waits for a push in progress,
+    // which takes st->mu.
+    gone.reset();
+    RelayTimer::Get().After(kRelayPollMs, [st] { Tick(st); });
+    if (todo == Todo::kSubscribe) {
+      std::unique_ptr<WatchSubscription> sub = st->backend->Watch(
+          st->gid, [st](absl::StatusOr<core::TransactionView> view) {
+            Pushed(st, std::move(view));
+          });
+      {
+        std::lock_guard<std::mutex> lock(st->mu);
+        if (!Over(*st) && st->subscription == nullptr) {
+          st->subscription = std::move(sub);
+        }
+      }
+      sub.reset();  // the stream ended meanwhile: dropped here
+      return;
     }
+    if (todo != Todo::kPoll) return;
+    if (route.kind == CallRouter::Route::Kind::kRefuse) {
+      return Polled(st, route.refusal, nullptr);
+    }
+    route.stub->async()->Get(
+        st->client.get(), &st->request, &st->response, [st](grpc::Status s) {
+          Polled(st, FromGrpc(s), &st->response.transaction());
+        });
   }
 
-  static void Got(const std::shared_ptr<State>& st, const absl::Status& s,
-                  const tcc::v1::TransactionView* view) {
+  // A change the driver pushed (push mode).
+  static void Pushed(const std::shared_ptr<State>& st,
+                     absl::StatusOr<core::TransactionView> view) {
     std::lock_guard<std::mutex> lock(st->mu);
-    if (st->finished || st->reactor == nullptr) return;
+    if (Over(*st)) return;
     if (st->cancelled) return FinishLocked(*st, grpc::Status::CANCELLED);
+    if (!view.ok()) {
+      // The shard is moving or being taken (the next tick subscribes
+      // again, or polls its new owner), or the gid is not there.
+      if (absl::IsUnavailable(view.status())) {
+        st->resubscribe = true;
+        return;
+      }
+      return FinishLocked(*st, ToGrpc(view.status()));
+    }
+    st->unowned = 0;
+    tcc::v1::TransactionView v;
+    ToProto(*view, &v);
+    EmitLocked(*st, v);
+  }
+
+  // A poll's answer (poll mode).
+  static void Polled(const std::shared_ptr<State>& st, const absl::Status& s,
+                     const tcc::v1::TransactionView* view) {
+    std::lock_guard<std::mutex> lock(st->mu);
+    st->polling = false;
+    if (Over(*st)) return;
+    if (st->cancelled) return FinishLocked(*st, grpc::Status::CANCELLED);
+    // Pushes took over meanwhile (the shard came here): they are newer.
+    if (st->subscription != nullptr) return;
     if (!s.ok()) {
       const bool moving = absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
-      if (moving && ++st->unowned < kRelayMaxUnowned) {
-        return ScheduleLocked(st);
-      }
+      if (moving && ++st->unowned < kRelayMaxUnowned) return;
       return FinishLocked(*st, ToGrpc(s));
     }
     st->unowned = 0;
-    std::string now = view->SerializeAsString();
-    if (now == st->last) return ScheduleLocked(st);
-    st->last = std::move(now);
-    *st->event.mutable_transaction() = *view;
-    wal::TxnState state;
-    st->final_sent = FromProto(view->state(), &state) && wal::IsFinal(state);
-    st->reactor->StartWrite(&st->event);
+    EmitLocked(*st, *view);
   }
 
   std::shared_ptr<State> state_;
@@ -656,9 +749,10 @@ grpc::ServerWriteReactor<tcc::v1::WatchEvent>* CoordinatorService::StartWatch(
     return new RefusedWatch(absl::ResourceExhaustedError(absl::StrCat(
         "too many Watch streams (limit ", options_.max_watch_streams, ")")));
   }
-  if (options_.router != nullptr &&
-      options_.router->ForGid(request.gid()).kind !=
-          CallRouter::Route::Kind::kLocal) {
+  // Cluster mode: relayed even while this node owns the gid's shard, so the
+  // stream follows the gid when the shard moves away (a subscription to
+  // this node's driver would just go quiet then).
+  if (options_.router != nullptr) {
     return new RelayWatch(*options_.router, backend_, request.gid(), streams);
   }
   auto* reactor = new WatchReactor(streams);
