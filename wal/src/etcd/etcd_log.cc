@@ -22,6 +22,7 @@
 #include "etcd/group_txn.h"
 #include "internal/txn_rules.h"
 #include "record_codec.h"
+#include "tcc/etcd/boot_clock.h"
 
 namespace tcc::wal {
 namespace {
@@ -349,7 +350,7 @@ class EtcdLog::Impl {
   ShardLostFn lost_fn_;
   absl::Status failure_;
   std::thread committer_;
-  // Steady-clock ms since when etcd has not answered (0: it answers), and
+  // Since when (boot clock ms) etcd has not answered (0: it answers), and
   // when a caller's read last went to it meanwhile.
   std::atomic<int64_t> unreachable_since_ms_{0};
   std::atomic<int64_t> last_probe_ms_{0};
@@ -376,11 +377,8 @@ constexpr int64_t kOutageAfterMs = 200;
 constexpr int64_t kProbeEveryMs = 500;
 constexpr int64_t kProbeTimeoutMs = 1000;
 
-int64_t SteadyMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
+// etcd's reachability is timed on the clock lease trust is.
+int64_t NowMs() { return etcd::SystemBootClock::Default().NowMs(); }
 
 }  // namespace
 
@@ -389,14 +387,14 @@ void EtcdLog::Impl::NoteReachable(const absl::Status& s) {
     unreachable_since_ms_.store(0);
   } else if (etcd::IsUnknownOutcome(s)) {
     int64_t none = 0;
-    unreachable_since_ms_.compare_exchange_strong(none, SteadyMs());
+    unreachable_since_ms_.compare_exchange_strong(none, NowMs());
   }
 }
 
 absl::Status EtcdLog::Impl::ReadGate(int64_t* timeout_ms) {
   const int64_t since = unreachable_since_ms_.load();
   if (since == 0) return absl::OkStatus();
-  const int64_t now = SteadyMs();
+  const int64_t now = NowMs();
   int64_t last = last_probe_ms_.load();
   // One failure is not an outage yet (a member restarting, a leader moving).
   if (now - since < kOutageAfterMs ||
