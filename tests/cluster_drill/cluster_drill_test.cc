@@ -57,8 +57,8 @@
 #include "bank_cluster.h"
 #include "bank_load.h"
 #include "etcd_test_env.h"
-#include "tcc/v1/admin.grpc.pb.h"
 #include "tcc/wal/log.h"
+#include "tccctl/admin_client.h"
 #include "tccd_nodes.h"
 #include "tcp_fault_proxy.h"
 #include "test_dirs.h"
@@ -1060,48 +1060,32 @@ namespace {
 
 constexpr char kAdminToken[] = "routing-test-token-0123456789abcdef";
 
-// tcc.v1.Admin at one node, as an operator with kAdminToken.
-class NodeAdmin {
- public:
-  explicit NodeAdmin(const std::string& address)
-      : stub_(v1::Admin::NewStub(grpc::CreateChannel(
-            address, grpc::InsecureChannelCredentials()))) {}
-  template <typename Req, typename Resp, typename Method>
-  grpc::Status Call(Method method, const Req& req, Resp* resp) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(20));
-    ctx.AddMetadata("authorization", absl::StrCat("Bearer ", kAdminToken));
-    return (stub_.get()->*method)(&ctx, req, resp);
-  }
-  grpc::Status Show(const std::string& gid, v1::ShowResponse* out) {
-    v1::ShowRequest r;
-    r.set_gid(gid);
-    return Call(&v1::Admin::Stub::Show, r, out);
-  }
-  grpc::Status Approve(const std::string& gid) {
-    v1::ShowResponse shown;
-    grpc::Status s = Show(gid, &shown);
-    if (!s.ok()) return s;
-    v1::IssueApprovalRequest r;
-    r.set_action(v1::APPROVAL_ACTION_GATE_APPROVE);
-    r.set_gid(gid);
-    r.set_revision(shown.transaction().revision());
-    r.set_content_hash(shown.transaction().content_hash());
-    r.set_reason("routing test");
-    v1::IssueApprovalResponse issued;
-    s = Call(&v1::Admin::Stub::IssueApproval, r, &issued);
-    if (!s.ok()) return s;
-    v1::ApproveRequest a;
-    a.set_gid(gid);
-    a.set_approval_id(issued.approval().approval_id());
-    v1::ApproveResponse resp;
-    return Call(&v1::Admin::Stub::Approve, a, &resp);
-  }
+// tccctl's call layer at one node, as an operator with kAdminToken.
+tcc::tccctl::AdminClient AdminAt(const std::string& address) {
+  tcc::tccctl::AdminClientOptions o;
+  o.address = address;
+  o.token = kAdminToken;
+  o.timeout_ms = 20000;
+  return tcc::tccctl::AdminClient(o);
+}
 
- private:
-  std::unique_ptr<v1::Admin::Stub> stub_;
-};
+// Approves the gated `gid` through `admin` (bound to what Show says now).
+absl::Status Approve(tcc::tccctl::AdminClient& admin, const std::string& gid) {
+  absl::StatusOr<v1::ShowResponse> shown = admin.Show(gid);
+  if (!shown.ok()) return shown.status();
+  v1::IssueApprovalRequest r;
+  r.set_action(v1::APPROVAL_ACTION_GATE_APPROVE);
+  r.set_gid(gid);
+  r.set_revision(shown->transaction().revision());
+  r.set_content_hash(shown->transaction().content_hash());
+  r.set_reason("routing test");
+  absl::StatusOr<v1::IssueApprovalResponse> issued = admin.IssueApproval(r);
+  if (!issued.ok()) return issued.status();
+  v1::ApproveRequest a;
+  a.set_gid(gid);
+  a.set_approval_id(issued->approval().approval_id());
+  return admin.Approve(a).status();
+}
 
 // A gid of the prefix whose shard `node` owns now (etcd).
 std::string GidOwnedBy(Rig& rig, const std::string& node,
@@ -1146,14 +1130,15 @@ TEST_CASE(
   INFO(finished.status().ToString());
   REQUIRE(finished.ok());
   REQUIRE(finished->transaction().state() == v1::TXN_STATE_CONFIRMED);
-  NodeAdmin admin_one(rig.nodes().address(0));
-  NodeAdmin admin_two(rig.nodes().address(1));
+  auto admin_one = AdminAt(rig.nodes().address(0));
+  auto admin_two = AdminAt(rig.nodes().address(1));
   // Its finishing write (the compact entry naming the archive node) may
   // land a moment after the answer.
   v1::ShowResponse before;
   for (int i = 0; i < 100; ++i) {
-    before.Clear();
-    REQUIRE(admin_one.Show(done.gid(), &before).ok());
+    auto shown = admin_one.Show(done.gid());
+    REQUIRE(shown.ok());
+    before = *std::move(shown);
     if (!before.archive_node().empty()) break;
     SleepMs(50);
   }
@@ -1201,13 +1186,13 @@ TEST_CASE(
   REQUIRE(moved_ms >= 0);
   // Approved at node 2, which drives it now; the Watch opened at node 1
   // follows it to CONFIRMED and ends.
-  grpc::Status approved;
+  absl::Status approved;
   for (int i = 0; i < 100; ++i) {
-    approved = admin_two.Approve(gated.gid());
-    if (approved.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+    approved = Approve(admin_two, gated.gid());
+    if (!absl::IsUnavailable(approved)) break;
     SleepMs(100);
   }
-  INFO(approved.error_message());
+  INFO(approved.ToString());
   REQUIRE(approved.ok());
   watcher.join();
   INFO(watch_end.error_message());
@@ -1218,8 +1203,9 @@ TEST_CASE(
 
   // Show at node 2 (the shard's owner now): the timeline from node 1's
   // archive, one hop.
-  v1::ShowResponse moved;
-  REQUIRE(admin_two.Show(done.gid(), &moved).ok());
+  absl::StatusOr<v1::ShowResponse> shown_moved = admin_two.Show(done.gid());
+  REQUIRE(shown_moved.ok());
+  const v1::ShowResponse& moved = *shown_moved;
   CHECK(moved.archive_node() == one);
   CHECK(moved.timeline_size() == before.timeline_size());
   CHECK(moved.timeline_missing().empty());
@@ -1232,8 +1218,9 @@ TEST_CASE(
   bool gone = false;
   v1::ShowResponse after;
   for (int i = 0; i < 100 && !gone; ++i) {
-    after.Clear();
-    REQUIRE(admin_two.Show(done.gid(), &after).ok());
+    auto shown = admin_two.Show(done.gid());
+    REQUIRE(shown.ok());
+    after = *std::move(shown);
     gone = !after.timeline_missing().empty();
     if (!gone) SleepMs(100);
   }
