@@ -115,7 +115,7 @@ violations=$(grep "violations=" "$report" | field violations |
 violations=$((violations + failed_runs))
 finished=$(grep "violations=" "$report" | field finished |
   awk '{s += $1} END {print s + 0}')
-takeovers=$(grep "drill=1 kind=takeover" "$report" | field takeover_ms)
+takeovers=$(grep "drill=1 kind=takeover" "$report" | field takeover_ms || true)
 repetitions=$(printf '%s\n' "$takeovers" | grep -c . || true)
 # A repetition whose shards were not all taken (-1) is a violation already.
 pct() {
