@@ -232,7 +232,6 @@ class EtcdLog::Impl {
   }
 
   absl::StatusOr<TxnLog> Read(std::string_view gid);
-  absl::StatusOr<TxnLog> ReadForCreate(std::string_view gid, bool* blind);
   absl::StatusOr<Approval> ReadApproval(std::string_view id);
   absl::StatusOr<ListPage> List(const ListQuery& query);
   absl::Status ScanUnfinished(uint32_t shard,
@@ -492,21 +491,6 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::Read(std::string_view gid) {
     if (it != views_.end() && it->second.stale) views_.erase(it);
   }
   return read;
-}
-
-absl::StatusOr<TxnLog> EtcdLog::Impl::ReadForCreate(std::string_view gid,
-                                                    bool* blind) {
-  *blind = false;
-  if (unreachable_since_ms_.load() == 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (views_.find(std::string(gid)) == views_.end()) {
-      *blind = true;
-      return absl::NotFoundError(absl::StrCat(
-          "gid ", std::string(gid),
-          " not read: its registration checks etcd (blind create)"));
-    }
-  }
-  return Read(gid);
 }
 
 absl::StatusOr<Approval> EtcdLog::Impl::ReadApproval(std::string_view id) {
@@ -1664,10 +1648,6 @@ void EtcdLog::PutApproval(Approval approval, AppendDone done) {
   impl_->Enqueue(std::move(item));
 }
 
-absl::StatusOr<TxnLog> EtcdLog::ReadForCreate(std::string_view gid,
-                                              bool* blind) {
-  return impl_->ReadForCreate(gid, blind);
-}
 absl::StatusOr<TxnLog> EtcdLog::Read(std::string_view gid) {
   return impl_->Read(gid);
 }
