@@ -52,6 +52,16 @@ std::vector<absl::Status> AppendAll(Log& log,
   return out;
 }
 
+// `n` registrations of gids stem0, stem1, ...
+std::vector<AppendRequest> Registrations(const std::string& stem, int n) {
+  std::vector<AppendRequest> out;
+  for (int i = 0; i < n; ++i) {
+    const std::string gid = stem + std::to_string(i);
+    out.push_back(Req(gid, {MakeRegistered(gid, 100)}));
+  }
+  return out;
+}
+
 // A gid of shard `k` among `shards`.
 std::string GidOfShard(uint32_t k, uint32_t shards, const std::string& stem) {
   for (int i = 0;; ++i) {
@@ -217,13 +227,8 @@ TEST_CASE("groups fit --max-txn-ops along the nesting, and requests' bytes") {
   EtcdHarness h(
       RetentionPolicy{},
       EtcdHarnessOptions{.endpoints = {}, .shards = 3, .max_txn_ops = 40});
-  std::vector<AppendRequest> group;
-  for (int i = 0; i < 120; ++i) {
-    const std::string gid = "g" + std::to_string(i);
-    group.push_back(Req(gid, {MakeRegistered(gid, 100)}));
-  }
   const uint64_t before = h.etcd_log().txns_sent();
-  for (const absl::Status& s : AppendAll(h.log(), std::move(group))) {
+  for (const absl::Status& s : AppendAll(h.log(), Registrations("g", 120))) {
     CHECK(s.ok());
   }
   CHECK(h.etcd_log().txns_sent() - before >= 2);
@@ -242,14 +247,9 @@ TEST_CASE("groups at exactly etcd's --max-txn-ops are taken whole") {
                 EtcdHarnessOptions{.endpoints = (*cluster)->endpoints(),
                                    .shards = 3,
                                    .max_txn_ops = 40});
-  std::vector<AppendRequest> group;
-  for (int i = 0; i < 300; ++i) {
-    const std::string gid = "g" + std::to_string(i);
-    group.push_back(Req(gid, {MakeRegistered(gid, 100)}));
-  }
   const uint64_t sent = h.etcd_log().txns_sent();
   const uint64_t refused = h.etcd_log().txns_refused_too_large();
-  for (const absl::Status& s : AppendAll(h.log(), std::move(group))) {
+  for (const absl::Status& s : AppendAll(h.log(), Registrations("g", 300))) {
     CHECK(s.ok());
   }
   CHECK(h.etcd_log().txns_sent() - sent >= 3);  // 300 > 3 x 34 per Txn
@@ -261,12 +261,7 @@ TEST_CASE("groups at exactly etcd's --max-txn-ops are taken whole") {
                    EtcdHarnessOptions{.endpoints = (*cluster)->endpoints(),
                                       .shards = 3,
                                       .max_txn_ops = 41});
-  std::vector<AppendRequest> more;
-  for (int i = 0; i < 300; ++i) {
-    const std::string gid = "h" + std::to_string(i);
-    more.push_back(Req(gid, {MakeRegistered(gid, 100)}));
-  }
-  for (const absl::Status& s : AppendAll(over.log(), std::move(more))) {
+  for (const absl::Status& s : AppendAll(over.log(), Registrations("h", 300))) {
     CHECK(s.ok());
   }
   CHECK(over.etcd_log().txns_refused_too_large() > 0);

@@ -15,6 +15,22 @@ namespace {
 
 constexpr size_t kMaxReasonBytes = 1024;
 
+// The context of an admin call sent on to another node: the caller's
+// deadline, `header` (why it is sent there), and the caller's credential,
+// which that node checks again.
+std::shared_ptr<grpc::ClientContext> PeerContext(
+    const grpc::CallbackServerContext& ctx, const char* header) {
+  auto client = std::make_shared<grpc::ClientContext>();
+  client->set_deadline(ctx.deadline());
+  client->AddMetadata(header, "1");
+  const auto& meta = ctx.client_metadata();
+  if (auto auth = meta.find("authorization"); auth != meta.end()) {
+    client->AddMetadata("authorization",
+                        std::string(auth->second.data(), auth->second.size()));
+  }
+  return client;
+}
+
 }  // namespace
 
 std::string AuditText(std::string_view text, size_t max_bytes) {
@@ -124,14 +140,7 @@ bool AdminService::Routed(const Call& call, grpc::CallbackServerContext* ctx,
                      "(it moved); retry")));
     return true;
   }
-  auto client = std::make_shared<grpc::ClientContext>();
-  client->set_deadline(ctx->deadline());
-  client->AddMetadata(kForwardedHeader, "1");
-  // The owner authenticates the caller again, with the same credential.
-  if (auto auth = meta.find("authorization"); auth != meta.end()) {
-    client->AddMetadata("authorization",
-                        std::string(auth->second.data(), auth->second.size()));
-  }
+  auto client = PeerContext(*ctx, kForwardedHeader);
   send(route.admin_stub, client.get(), request, response,
        [call, client, router](grpc::Status status) {
          router->Forwarded(status);
@@ -261,14 +270,7 @@ void AdminService::FetchArchived(const Call& call,
     call.Finish(absl::OkStatus());
     return;
   }
-  auto client = std::make_shared<grpc::ClientContext>();
-  client->set_deadline(ctx->deadline());
-  client->AddMetadata(kArchiveHeader, "1");
-  const auto& meta = ctx->client_metadata();
-  if (auto auth = meta.find("authorization"); auth != meta.end()) {
-    client->AddMetadata("authorization",
-                        std::string(auth->second.data(), auth->second.size()));
-  }
+  auto client = PeerContext(*ctx, kArchiveHeader);
   auto request = std::make_shared<tcc::v1::ShowRequest>();
   request->set_gid(gid);
   auto archived = std::make_shared<tcc::v1::ShowResponse>();
