@@ -120,11 +120,11 @@ repetitions=$(printf '%s\n' "$takeovers" | grep -c . || true)
 # A repetition whose shards were not all taken (-1) is a violation already.
 pct() {
   printf '%s\n' "$takeovers" | grep -v '^-' | sort -n |
-    awk -v p="$1" '{v[NR] = $1} END {
-      if (NR == 0) { print -1; exit }
-      i = int(p * NR + 0.999999); if (i < 1) i = 1; if (i > NR) i = NR
+    awk -v p="$1" 'NF {v[++n] = $1} END {
+      if (n == 0) { print -1; exit }
+      i = int(p * n + 0.999999); if (i < 1) i = 1; if (i > n) i = n
       print v[i] }'
 }
-lease_ttl=$(grep -m1 "lease_ttl_ms=" "$report" | field lease_ttl_ms)
+lease_ttl=$(grep -m1 "lease_ttl_ms=" "$report" | field lease_ttl_ms || true)
 echo "cluster-drill: drills=$ran repetitions=$repetitions violations=$violations takeover_p50_ms=$(pct 0.5) takeover_p99_ms=$(pct 0.99) lease_ttl_ms=${lease_ttl:-2000} finished=$finished"
 [ "$violations" = 0 ]

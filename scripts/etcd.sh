@@ -91,10 +91,17 @@ ensure_installed() {
   etcd_bin >/dev/null || die "etcd is still missing after install-deps.sh"
 }
 
+# A port below the kernel's ephemeral range (ip_local_port_range): a member
+# restarted on its ports (start-member) must find them free, and a port in
+# that range may meanwhile be the source port of some outgoing connection
+# (tccd's clients redial the dead member all the while).
 free_port() {
-  local port
+  local port lo=32768 span
+  read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || true
+  span=$((lo - 20000))
+  [ "$span" -ge 1000 ] || die "the ephemeral port range starts at $lo: no room below it"
   for _ in $(seq 1 50); do
-    port=$((20000 + RANDOM % 40000))
+    port=$((20000 + RANDOM % span))
     if [ -z "$(ss -ltnH "sport = :$port" 2>/dev/null)" ]; then
       echo "$port"
       return 0
@@ -412,7 +419,10 @@ member() {
       start_member "$dir" "$m"
     done
     for m in ${n//,/ }; do
-      wait_member "$dir" "$m" || die "member $m did not start"
+      if ! wait_member "$dir" "$m"; then
+        tail -n 20 "$dir/m$m.log" >&2 || true
+        die "member $m did not start"
+      fi
     done
     return 0
   fi
