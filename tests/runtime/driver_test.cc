@@ -1326,6 +1326,73 @@ TEST_CASE("a request that cannot be answered in time is shed unwritten") {
   CHECK(ok->value().ok());
 }
 
+TEST_CASE("what a stalled WAL taught the shedder is forgotten once it passed") {
+  // The cluster drill 4 (etcd without a quorum for 10 s) found it: appends
+  // that waited out the stall made the expected wait seconds long; every
+  // Submit after it was shed by that estimate, and a shed request teaches
+  // it nothing, so it stayed until the callers gave up.
+  Harness h(2);
+  // Twenty transactions registered at once while the sync is 5 s late.
+  std::vector<Result> batch;
+  for (int i = 0; i < 20; ++i) {
+    core::SubmitSpec spec =
+        h.Spec("s" + std::to_string(i), 2, core::WaitFor::kAccepted);
+    spec.try_timeout_ms = 600'000;
+    batch.push_back(h.Submit(std::move(spec)));
+  }
+  h.exec.RunAll();
+  h.clock.AdvanceTo(h.clock.MonotonicMs() + 5000);
+  h.log.SyncNow();
+  h.exec.RunAll();
+  for (const Result& r : batch) {
+    REQUIRE(r->has_value());
+    REQUIRE(r->value().ok());
+  }
+  // Now a caller with 3 s is refused at once, unwritten.
+  core::SubmitSpec early = h.Spec("early", 2, core::WaitFor::kAccepted);
+  early.answer_within_ms = 3000;
+  Result refused = h.Submit(std::move(early));
+  REQUIRE(refused->has_value());
+  CHECK(refused->value().status().code() ==
+        absl::StatusCode::kResourceExhausted);
+  CHECK(h.log.Read("early").status().code() == absl::StatusCode::kNotFound);
+  // The twenty run to their end, every sync still 5 s late.
+  for (int step = 0; step < 100'000 && !h.AllFinal("s", 20); ++step) {
+    if (h.exec.RunAll() > 0) continue;
+    if (h.log.WaitingDurable() > 0) {
+      h.clock.AdvanceTo(h.clock.MonotonicMs() + 5000);
+      h.log.SyncNow();
+      continue;
+    }
+    const auto next = h.clock.NextDue();
+    REQUIRE(next.has_value());
+    h.clock.AdvanceTo(*next);
+  }
+  REQUIRE(h.AllFinal("s", 20));
+  // The WAL is fast again: a caller retrying every 100 ms with 3 s gets in
+  // within a few seconds, and is answered.
+  int64_t waited_ms = 0;
+  bool admitted = false;
+  for (int i = 0; i < 100 && !admitted; ++i) {
+    h.clock.AdvanceTo(h.clock.MonotonicMs() + 100);
+    waited_ms += 100;
+    core::SubmitSpec again = h.Spec("again", 2, core::WaitFor::kAccepted);
+    again.answer_within_ms = 3000;
+    Result r = h.Submit(std::move(again));
+    h.exec.RunAll();
+    h.log.SyncNow();
+    REQUIRE(h.Wait(r));
+    admitted = r->value().ok();
+    if (!admitted) {
+      REQUIRE(r->value().status().code() ==
+              absl::StatusCode::kResourceExhausted);
+    }
+  }
+  INFO("waited " << waited_ms << " ms");
+  CHECK(admitted);
+  CHECK(waited_ms <= 5000);
+}
+
 TEST_CASE("the try-deadline fires on the monotonic clock after a set-back") {
   Harness h(2);
   // p1 never answers: its Try stays unknown until the deadline decides.

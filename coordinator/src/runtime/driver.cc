@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -26,18 +27,34 @@ using core::RequestId;
 
 namespace {
 
-// An exponentially weighted moving average of a duration (us), updated from
-// any thread (a lost update only makes it a little less smooth).
+// An exponentially weighted moving average of a duration (us) whose
+// evidence ages: without new samples it halves every kHalfLifeMs. A load
+// shedder fed only by the work it admits must forget, or one stall (a WAL
+// that waited seconds for its store) sheds every later request, and a shed
+// request brings no sample that could correct it. Under real load samples
+// keep coming and the ageing is negligible. Updated from any thread (a lost
+// update only makes it a little less smooth).
 class Ewma {
  public:
-  void Add(int64_t sample_us) {
-    const int64_t old = v_.load(std::memory_order_relaxed);
+  static constexpr int64_t kHalfLifeMs = 1000;
+
+  void Add(int64_t sample_us, int64_t now_ms) {
+    const int64_t old = us(now_ms);
     v_.store(old + (sample_us - old) / 8, std::memory_order_relaxed);
+    at_ms_.store(now_ms, std::memory_order_relaxed);
   }
-  int64_t us() const { return v_.load(std::memory_order_relaxed); }
+  int64_t us(int64_t now_ms) const {
+    const int64_t v = v_.load(std::memory_order_relaxed);
+    const int64_t age = now_ms - at_ms_.load(std::memory_order_relaxed);
+    if (v == 0 || age <= 0) return v;
+    return static_cast<int64_t>(
+        static_cast<double>(v) *
+        std::exp2(-static_cast<double>(age) / kHalfLifeMs));
+  }
 
  private:
   std::atomic<int64_t> v_{0};
+  std::atomic<int64_t> at_ms_{0};  // the last sample's (monotonic ms)
 };
 
 core::TransactionView SummaryView(const wal::TxnSummary& s) {
@@ -310,10 +327,12 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         gid,
         [gid, creates, arrived, answer_within_ms, make = std::move(make),
          done = std::move(done)](Impl& self, size_t s) mutable {
-          const int64_t waited = self.clock_.MonotonicMs() - arrived;
-          self.shard_wait_.Add(waited * 1000);
-          if (answer_within_ms > 0 && waited * 1000 + self.wal_durable_.us() >
-                                          answer_within_ms * 1000) {
+          const int64_t now = self.clock_.MonotonicMs();
+          const int64_t waited = now - arrived;
+          self.shard_wait_.Add(waited * 1000, now);
+          if (answer_within_ms > 0 &&
+              waited * 1000 + self.wal_durable_.us(now) >
+                  answer_within_ms * 1000) {
             return done(absl::ResourceExhaustedError(
                 absl::StrCat("waited ", waited,
                              " ms for its turn in tccd; it could not be "
@@ -330,7 +349,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // The recent wait of a request for its shard plus that of a durable WAL
   // append: about how long the work queued ahead delays an answer.
   int64_t ExpectedWaitUs() const {
-    return shard_wait_.us() + wal_durable_.us();
+    const int64_t now = clock_.MonotonicMs();
+    return shard_wait_.us(now) + wal_durable_.us(now);
   }
 
   void Get(std::string gid, ReplyDone done) {
@@ -965,7 +985,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
           auto self = weak.lock();
           if (!self) return;
           if (durable && st.ok()) {
-            self->wal_durable_.Add((self->clock_.MonotonicMs() - start) * 1000);
+            const int64_t now = self->clock_.MonotonicMs();
+            self->wal_durable_.Add((now - start) * 1000, now);
           }
           self->OnShard(
               gid,
