@@ -123,6 +123,37 @@ TEST_CASE("duplicate Submit is answered once; same gid other content refused") {
   CHECK(BalanceOf(c, "bank-a", 6) == 990);
 }
 
+TEST_CASE("a duplicate Submit after a restart is answered from the log") {
+  // The restarted tccd holds nothing of the gid in memory (on etcd its log
+  // has no view of it either, so its create's read is blind and the
+  // registration finds the gid): the first answer all the same.
+  BankCluster c(Options("dup-restart"));
+  REQUIRE(c.Start().ok());
+  auto done = c.Transfer("bank-a", 3, "bank-b", 4, 10);
+  REQUIRE(c.client().Submit(done).ok());
+  REQUIRE(c.CheckFinal({done.gid()}, 30000).ok());
+  auto stopped = c.StopTccd();
+  REQUIRE(stopped.ok());
+  REQUIRE(c.StartTccd().ok());
+  auto again = c.client().Submit(done);
+  INFO(again.status().ToString());
+  REQUIRE(again.ok());
+  CHECK(again->duplicate());
+  CHECK(again->transaction().state() == v1::TXN_STATE_CONFIRMED);
+  auto other = done;
+  other.mutable_branches(0)->set_payload("3:11");
+  CHECK(c.client().Submit(other).status().code() ==
+        absl::StatusCode::kAlreadyExists);
+  CHECK(BalanceOf(c, "bank-a", 3) == 990);  // moved once
+  // A new gid after the restart goes through as usual.
+  auto fresh = c.Transfer("bank-a", 3, "bank-b", 4, 10);
+  auto made = c.client().Submit(fresh);
+  REQUIRE(made.ok());
+  CHECK(!made->duplicate());
+  REQUIRE(c.CheckFinal({fresh.gid()}, 30000).ok());
+  CHECK(BalanceOf(c, "bank-a", 3) == 980);
+}
+
 TEST_CASE("interactive mode: commit, expected ids, and an expired OPEN") {
   BankCluster c(Options("interactive"));
   REQUIRE(c.Start().ok());

@@ -268,6 +268,52 @@ TEST_CASE("groups at exactly etcd's --max-txn-ops are taken whole") {
   CHECK(over.log().Stats().unfinished == 300);
 }
 
+TEST_CASE(
+    "a create's read is blind; a registration of a gid that exists is "
+    "refused") {
+  EtcdHarness h(RetentionPolicy{});
+  REQUIRE(Register(h.log(), "open", 100).ok());
+  REQUIRE(Register(h.log(), "done", 100).ok());
+  REQUIRE(AppendAndWait(h.log(),
+                        Req("done", {MakeDecided(Decision::kConfirm),
+                                     MakeFinished(TxnState::kConfirmed, 2000)}))
+              .ok());
+  // A new log (a restarted node) has no view of either. It is blind only
+  // while etcd answers: its open answered a moment ago.
+  h.Reopen();
+  for (const std::string gid : {"open", "done", "new"}) {
+    bool blind = false;
+    absl::StatusOr<TxnLog> read = h.log().ReadForCreate(gid, &blind);
+    CHECK(blind);
+    CHECK(absl::IsNotFound(read.status()));
+  }
+  // Registering them: the new one lands; the two that exist are refused
+  // and nothing of the attempt is written.
+  std::vector<AppendRequest> regs;
+  for (const std::string gid : {"open", "done", "new"}) {
+    regs.push_back(Req(gid, {MakeRegistered(gid, 200)}));
+  }
+  std::vector<absl::Status> got = AppendAll(h.log(), std::move(regs));
+  INFO(got[0].ToString() << " / " << got[1].ToString());
+  CHECK((absl::IsAlreadyExists(got[0]) || absl::IsAborted(got[0])));
+  CHECK((absl::IsAlreadyExists(got[1]) || absl::IsAborted(got[1])));
+  CHECK(got[2].ok());
+  absl::StatusOr<TxnLog> open = h.log().Read("open");
+  REQUIRE(open.ok());
+  CHECK(open->summary.created_at_ms == 100);
+  CHECK(open->records.size() == 1);
+  absl::StatusOr<TxnLog> done = h.log().Read("done");
+  REQUIRE(done.ok());
+  CHECK(done->summary.created_at_ms == 100);
+  CHECK(done->summary.state == TxnState::kConfirmed);
+  // With a view (read, or registered here), the read is real.
+  for (const std::string gid : {"open", "new"}) {
+    bool blind = true;
+    CHECK(h.log().ReadForCreate(gid, &blind).ok());
+    CHECK(!blind);
+  }
+}
+
 TEST_CASE("a registration too large for one etcd request is INVALID_ARGUMENT") {
   EtcdHarness h(RetentionPolicy{},
                 EtcdHarnessOptions{.endpoints = {},

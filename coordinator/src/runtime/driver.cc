@@ -220,6 +220,18 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     // as for any failed append; once dropped it is loaded again from the
     // WAL and resumed after a pause, as a request touching it would.
     bool reload_when_dropped = false;
+    // Made for a creating request whose log read was blind (log.h
+    // ReadForCreate): the request, kept until its registration is written.
+    // If the gid existed after all (the registration refused, nothing
+    // written), the owner is discarded and the request handled again with a
+    // real read (Unblind), so its caller gets the first answer as for any
+    // duplicate.
+    struct Blind {
+      Event event;
+      RequestId rid;
+    };
+    std::unique_ptr<Blind> blind;
+    bool discard = false;  // Unblind: evicted as soon as nothing is unwritten
   };
   struct Shard {
     Executor* exec;
@@ -509,9 +521,12 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // The owner of `gid`, loading it from the WAL if needed (and resuming it if
   // unfinished). nullptr: the WAL never held it. `summary` is set instead
   // when only a compact entry is left.
+  // `blind`: for a creating request, the log may answer NOT_FOUND without
+  // reading (log.h ReadForCreate); *blind says whether it did.
   absl::StatusOr<Owner*> Load(size_t s, const std::string& gid,
                               wal::TxnSummary* compact,
-                              const wal::TxnSummary** summary) {
+                              const wal::TxnSummary** summary,
+                              bool* blind = nullptr) {
     if (Owner* o = Find(s, gid)) return o;
     if (LogShardLost(gid)) {
       return absl::UnavailableError(absl::StrCat(
@@ -524,7 +539,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     // grow without bound under load.
     Recovery& recovery = RecoveryOf(gid);
     const bool before_snapshot = !recovery.SnapshotTaken();
-    absl::StatusOr<wal::TxnLog> read = log_.Read(gid);
+    absl::StatusOr<wal::TxnLog> read =
+        blind != nullptr ? log_.ReadForCreate(gid, blind) : log_.Read(gid);
     if (read.status().code() == absl::StatusCode::kNotFound) {
       if (before_snapshot) recovery.NoteLoaded(gid);
       return static_cast<Owner*>(nullptr);
@@ -663,12 +679,22 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                      const std::function<Event(RequestId)>& make,
                      ReplyDone done) {
     const RequestId rid = next_request_++;
-    Event event = make(rid);
+    HandleEvent(s, gid, creates, make(rid), rid, std::move(done),
+                /*may_read_blind=*/true);
+  }
+
+  void HandleEvent(size_t s, const std::string& gid, bool creates, Event event,
+                   RequestId rid, ReplyDone done, bool may_read_blind) {
     if (absl::Status st = Admissible(gid, event); !st.ok()) return done(st);
     if (absl::Status st = FitsMemory(event); !st.ok()) return done(st);
     wal::TxnSummary compact;
     const wal::TxnSummary* summary = nullptr;
-    absl::StatusOr<Owner*> o = Load(s, gid, &compact, &summary);
+    const bool registers = std::holds_alternative<core::SubmitEvent>(event) ||
+                           std::holds_alternative<core::BeginEvent>(event);
+    bool blind = false;
+    absl::StatusOr<Owner*> o =
+        Load(s, gid, &compact, &summary,
+             creates && registers && may_read_blind ? &blind : nullptr);
     if (!o.ok()) return done(o.status());
     if (summary != nullptr) {
       // Only the compact entry is left (DESIGN.md section 9).
@@ -700,11 +726,20 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       }
       auto fresh = std::make_unique<Owner>();
       fresh->epoch = EpochOf(gid);
+      if (blind) {
+        // Kept before the registration's append can end (Unblind).
+        fresh->blind =
+            std::make_unique<Owner::Blind>(Owner::Blind{std::move(event), rid});
+      }
       owner = fresh.get();
       shards_[s].owners[gid] = std::move(fresh);
     }
     owner->callers[rid] = std::move(done);
-    absl::Status st = Apply(s, gid, event);
+    // Step reads the event and is done with it before anything may evict
+    // the owner that keeps it.
+    const Event& applied =
+        owner->blind != nullptr ? owner->blind->event : event;
+    absl::Status st = Apply(s, gid, applied);
     if (!st.ok()) {
       if (Owner* still = Find(s, gid)) {
         auto it = still->callers.find(rid);
@@ -884,7 +919,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     Owner* o = Find(s, gid);
     if (o == nullptr || o->loading) return;
     const core::Txn& t = o->txn;
-    const bool done = t.poisoned || !t.exists ||
+    const bool done = o->discard || t.poisoned || !t.exists ||
                       (wal::IsFinal(t.state) && t.waiters.empty() &&
                        t.pending.empty() && o->callers.empty());
     if (!done) return;
@@ -999,6 +1034,15 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                 // the log after this append ended, so it has what it wrote.
                 Owner* ow = me.Find(sh, gid);
                 if (ow == nullptr || ow->unwritten != unwritten) return;
+                if (ow->blind != nullptr) {
+                  // Its first append, the registration, has ended.
+                  if (st.code() == absl::StatusCode::kAlreadyExists ||
+                      st.code() == absl::StatusCode::kAborted) {
+                    me.Unblind(sh, gid);
+                    return;
+                  }
+                  ow->blind.reset();
+                }
                 // Nothing was written: for want of room, or (ABORTED) the
                 // log's view of the gid was stale; once dropped it is
                 // loaded again from the log and resumed.
@@ -1016,6 +1060,39 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
               },
               /*here=*/true);
         });
+  }
+
+  // A blind create's registration was refused: the gid existed after all
+  // (in etcd, written by an earlier request or another node) and nothing of
+  // this owner was written. The owner goes (its other callers, duplicates
+  // that joined it, hear UNAVAILABLE and retry) and its request is handled
+  // again, reading the log: its caller gets the answer the existing
+  // transaction gives (a duplicate, ALREADY_EXISTS, ...).
+  void Unblind(size_t s, const std::string& gid) {
+    Owner* o = Find(s, gid);
+    std::unique_ptr<Owner::Blind> blind = std::move(o->blind);
+    ReplyDone done;
+    if (auto it = o->callers.find(blind->rid); it != o->callers.end()) {
+      done = std::move(it->second);
+      o->callers.erase(it);
+    }
+    o->discard = true;
+    // Loaded again once it goes, whatever happens to the request: a blind
+    // read marked the gid loaded for a recovery scan that may not have
+    // resumed it yet.
+    o->reload_when_dropped = true;
+    MaybeEvict(s, gid);
+    if (!done) return;
+    if (Find(s, gid) != nullptr) {
+      // Still writing something of it: not handled again on top of it.
+      return done(absl::UnavailableError(absl::StrCat(
+          "gid ", gid, " exists already; retry (same gid) for its answer")));
+    }
+    shards_[s].pinned = gid;
+    HandleEvent(s, gid, /*creates=*/true, std::move(blind->event), blind->rid,
+                std::move(done), /*may_read_blind=*/false);
+    shards_[s].pinned.clear();
+    MaybeEvict(s, gid);
   }
 
   void Run(const std::string& gid, Owner& o, Effect& eff) {

@@ -232,6 +232,7 @@ class EtcdLog::Impl {
   }
 
   absl::StatusOr<TxnLog> Read(std::string_view gid);
+  absl::StatusOr<TxnLog> ReadForCreate(std::string_view gid, bool* blind);
   absl::StatusOr<Approval> ReadApproval(std::string_view id);
   absl::StatusOr<ListPage> List(const ListQuery& query);
   absl::Status ScanUnfinished(uint32_t shard,
@@ -354,6 +355,8 @@ class EtcdLog::Impl {
   // when a caller's read last went to it meanwhile.
   std::atomic<int64_t> unreachable_since_ms_{0};
   std::atomic<int64_t> last_probe_ms_{0};
+  // When etcd last answered one of this log's calls (boot clock ms).
+  std::atomic<int64_t> last_answer_ms_{0};
 
   std::atomic<uint64_t> next_append_id_{1};
   std::atomic<uint64_t> txns_sent_{0};
@@ -376,6 +379,8 @@ namespace {
 constexpr int64_t kOutageAfterMs = 200;
 constexpr int64_t kProbeEveryMs = 500;
 constexpr int64_t kProbeTimeoutMs = 1000;
+// A create's read is blind only if etcd answered this recently.
+constexpr int64_t kBlindWhileAnsweredMs = 1000;
 
 // etcd's reachability is timed on the clock lease trust is.
 int64_t NowMs() { return etcd::SystemBootClock::Default().NowMs(); }
@@ -383,7 +388,8 @@ int64_t NowMs() { return etcd::SystemBootClock::Default().NowMs(); }
 }  // namespace
 
 void EtcdLog::Impl::NoteReachable(const absl::Status& s) {
-  if (s.ok()) {
+  if (s.ok() || absl::IsNotFound(s)) {  // NOT_FOUND: etcd answered "absent"
+    last_answer_ms_.store(NowMs());
     unreachable_since_ms_.store(0);
   } else if (etcd::IsUnknownOutcome(s)) {
     int64_t none = 0;
@@ -491,6 +497,25 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::Read(std::string_view gid) {
     if (it != views_.end() && it->second.stale) views_.erase(it);
   }
   return read;
+}
+
+absl::StatusOr<TxnLog> EtcdLog::Impl::ReadForCreate(std::string_view gid,
+                                                    bool* blind) {
+  *blind = false;
+  // Blind only while etcd is known to answer now: a registration queued
+  // behind a Txn that hangs would hold its caller until that Txn's deadline,
+  // where a real read is refused at once (ReadGate).
+  if (unreachable_since_ms_.load() == 0 &&
+      NowMs() - last_answer_ms_.load() < kBlindWhileAnsweredMs) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (views_.find(std::string(gid)) == views_.end()) {
+      *blind = true;
+      return absl::NotFoundError(absl::StrCat(
+          "gid ", std::string(gid),
+          " not read: its registration checks etcd (blind create)"));
+    }
+  }
+  return Read(gid);
 }
 
 absl::StatusOr<Approval> EtcdLog::Impl::ReadApproval(std::string_view id) {
@@ -1626,6 +1651,7 @@ absl::StatusOr<std::unique_ptr<EtcdLog>> EtcdLog::Open(EtcdLogOptions options) {
   }
   auto impl =
       std::make_unique<Impl>(std::move(options), *cluster, *std::move(archive));
+  impl->NoteReachable(absl::OkStatus());  // it answered the calls above
   impl->Start();
   return std::unique_ptr<EtcdLog>(new EtcdLog(std::move(impl)));
 }
@@ -1648,6 +1674,10 @@ void EtcdLog::PutApproval(Approval approval, AppendDone done) {
   impl_->Enqueue(std::move(item));
 }
 
+absl::StatusOr<TxnLog> EtcdLog::ReadForCreate(std::string_view gid,
+                                              bool* blind) {
+  return impl_->ReadForCreate(gid, blind);
+}
 absl::StatusOr<TxnLog> EtcdLog::Read(std::string_view gid) {
   return impl_->Read(gid);
 }

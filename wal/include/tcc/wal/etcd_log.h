@@ -146,6 +146,12 @@ class EtcdLog final : public Log {
   void Append(AppendRequest request, AppendDone done) override;
   void PutApproval(Approval approval, AppendDone done) override;
   [[nodiscard]] absl::StatusOr<TxnLog> Read(std::string_view gid) override;
+  // Blind (no etcd read) for a gid without a view while etcd answers; the
+  // registration's group reads the gids it has no view of in one Txn and
+  // refuses one that exists (ALREADY_EXISTS), its compare-and-set one that
+  // appeared since (ABORTED). While etcd does not answer: Read.
+  [[nodiscard]] absl::StatusOr<TxnLog> ReadForCreate(std::string_view gid,
+                                                     bool* blind) override;
   [[nodiscard]] absl::StatusOr<Approval> ReadApproval(
       std::string_view approval_id) override;
   [[nodiscard]] absl::StatusOr<ListPage> List(const ListQuery& query) override;

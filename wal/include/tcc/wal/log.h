@@ -208,6 +208,19 @@ class Log {
   // One transaction; NOT_FOUND if the log never held it or has forgotten it.
   [[nodiscard]] virtual absl::StatusOr<TxnLog> Read(std::string_view gid) = 0;
 
+  // Read, for a request that creates `gid` when it is absent (Submit,
+  // Begin). A log whose reads go to a remote store may answer NOT_FOUND
+  // without asking it (`*blind` true) for a gid it holds no view of: the
+  // registration's own check then finds a gid that existed after all, and
+  // that append fails ALREADY_EXISTS or ABORTED with nothing written; the
+  // caller then reads with Read. Most new gids are new, so the store is
+  // asked once per group of registrations instead of once per gid.
+  [[nodiscard]] virtual absl::StatusOr<TxnLog> ReadForCreate(
+      std::string_view gid, bool* blind) {
+    *blind = false;
+    return Read(gid);
+  }
+
   [[nodiscard]] virtual absl::StatusOr<Approval> ReadApproval(
       std::string_view approval_id) = 0;
 
