@@ -44,7 +44,7 @@ TEST_CASE("cluster: short seeds keep every invariant", "[sim][cluster]") {
         "store_leader_change", "store_partition", "call_answer_lost",
         "txn_applied_after_timeout", "txn_kept_while_down", "stale_read",
         "lease_lost", "shard_lost", "shard_taken_over",
-        "call_withheld_untrusted"}) {
+        "call_withheld_untrusted", "blind_create", "blind_create_refused"}) {
     INFO(name);
     CHECK(counts[name] > 0);
   }

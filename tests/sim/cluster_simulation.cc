@@ -659,6 +659,10 @@ void ClusterSimulation::MakeDriver(int n) {
   lo.breakers.head_without_cas = options_.cluster_breakers.head_without_cas;
   lo.breakers.adopt_existing_own_key =
       options_.cluster_breakers.restart_adopts_old_owner_key;
+  if (node.log) {
+    counts_["blind_create"] += node.log->blind_reads();
+    counts_["blind_create_refused"] += node.log->blind_refused();
+  }
   node.log = std::make_unique<FencedLog>(std::move(lo));
   runtime::DriverOptions d;
   d.core.breakers = options_.breakers;
@@ -1314,6 +1318,12 @@ SeedReport ClusterSimulation::Run() {
     report.events = events_;
     report.violations = violations_;
     counts_["stale_read"] = store_.stale_reads();
+    for (const auto& node : nodes_) {
+      if (node->log) {
+        counts_["blind_create"] += node->log->blind_reads();
+        counts_["blind_create_refused"] += node->log->blind_refused();
+      }
+    }
     report.cluster_counts = counts_;
     return report;
   };

@@ -81,6 +81,7 @@ absl::StatusOr<FencedLog::View*> FencedLog::ViewOf(const std::string& gid) {
   auto kvs = options_.link->ReadNow(HeadKey(ShardOf(gid), gid), false,
                                     ReadMode{0, true});
   if (!kvs.ok()) return kvs.status();
+  last_answer_ms_ = options_.clock->MonotonicMs();
   Learn(gid, First(*kvs));
   return &views_[gid];
 }
@@ -90,11 +91,27 @@ absl::StatusOr<wal::TxnLog> FencedLog::Read(std::string_view gid_view) {
   auto kvs = options_.link->ReadNow(HeadKey(ShardOf(gid), gid), false,
                                     ReadMode{0, true});
   if (!kvs.ok()) return absl::UnavailableError(kvs.status().ToString());
+  last_answer_ms_ = options_.clock->MonotonicMs();
   stale_.erase(gid);
   Learn(gid, First(*kvs));
   const View& v = views_[gid];
   if (!v.txn) return absl::NotFoundError(absl::StrCat("no gid ", gid));
   return *v.txn;
+}
+
+absl::StatusOr<wal::TxnLog> FencedLog::ReadForCreate(std::string_view gid,
+                                                     bool* blind) {
+  *blind = false;
+  if (last_answer_ms_ >= 0 &&
+      options_.clock->MonotonicMs() - last_answer_ms_ < 1000 &&
+      views_.find(std::string(gid)) == views_.end()) {
+    *blind = true;
+    ++blind_reads_;
+    blind_gids_.insert(std::string(gid));
+    return absl::NotFoundError(
+        absl::StrCat("gid ", std::string(gid), " not read (blind create)"));
+  }
+  return Read(gid);
 }
 
 absl::Status FencedLog::ScanUnfinished(
@@ -287,6 +304,10 @@ void FencedLog::Complete(std::vector<Waiting> appends,
                          const absl::Status& status) {
   for (Waiting& w : appends) {
     ++appends_done_;
+    if (blind_gids_.erase(w.request.gid) != 0 &&
+        (absl::IsAlreadyExists(status) || absl::IsAborted(status))) {
+      ++blind_refused_;
+    }
     if (options_.on_answered) options_.on_answered(w.request.gid, w.id, status);
     w.done(status);
   }
@@ -440,6 +461,7 @@ void FencedLog::OnAnswer(uint64_t generation,
                          absl::StatusOr<TxnResult> answer) {
   if (!in_flight_ || generation != generation_) return;
   if (answer.ok()) {
+    last_answer_ms_ = options_.clock->MonotonicMs();
     Group g = std::move(*in_flight_);
     in_flight_.reset();
     Finish(std::move(g), *answer);

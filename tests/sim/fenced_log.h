@@ -97,6 +97,11 @@ class FencedLog final : public wal::Log {
   void Append(wal::AppendRequest request, wal::AppendDone done) override;
   void PutApproval(wal::Approval approval, wal::AppendDone done) override;
   absl::StatusOr<wal::TxnLog> Read(std::string_view gid) override;
+  // As EtcdLog's: blind (NOT_FOUND without the store) for a gid this log has
+  // no view of while the store answered within the last second; the group's
+  // read of the gid and the registration's compare then decide.
+  absl::StatusOr<wal::TxnLog> ReadForCreate(std::string_view gid,
+                                            bool* blind) override;
   absl::StatusOr<wal::Approval> ReadApproval(
       std::string_view approval_id) override;
   absl::StatusOr<wal::ListPage> List(const wal::ListQuery& query) override;
@@ -119,6 +124,11 @@ class FencedLog final : public wal::Log {
   void LeaseLost(int64_t new_lease);
   bool Owns(uint32_t shard) const { return epochs_.count(shard) != 0; }
   uint64_t epoch(uint32_t shard) const;
+  // Creates whose read was blind (ReadForCreate), and those whose gid
+  // existed after all (the first append answered ALREADY_EXISTS or ABORTED:
+  // the driver handles the request again with a real read).
+  uint64_t blind_reads() const { return blind_reads_; }
+  uint64_t blind_refused() const { return blind_refused_; }
   // Appends waiting or in flight.
   size_t pending() const { return queue_.size() + (in_flight_ ? 1 : 0); }
 
@@ -177,6 +187,12 @@ class FencedLog final : public wal::Log {
   std::set<int64_t> released_;
   std::map<std::string, View> views_;
   std::set<std::string> stale_;  // ABORTED until Read
+  // When the store last answered one of this log's reads or Txns (the
+  // node's monotonic ms; -1: never).
+  int64_t last_answer_ms_ = -1;
+  uint64_t blind_reads_ = 0;
+  uint64_t blind_refused_ = 0;
+  std::set<std::string> blind_gids_;  // blind, first append not answered
   std::deque<Waiting> queue_;
   std::optional<Group> in_flight_;
   uint64_t generation_ = 0;  // of the group in flight
