@@ -345,7 +345,14 @@ void FencedLog::Flush() {
     if (auto it = where.find(gid); it != where.end()) {
       gw = &by_shard[it->second.first].gids[it->second.second];
     } else {
-      absl::StatusOr<View*> view = ViewOf(gid);
+      // As EtcdLog: a gid without a view whose first append here registers
+      // it is not read; the head compare refuses it if it exists.
+      const bool registers =
+          views_.count(gid) == 0 && !w.request.records.empty() &&
+          std::holds_alternative<wal::Registered>(w.request.records[0]);
+      View absent;
+      absl::StatusOr<View*> view =
+          registers ? absl::StatusOr<View*>(&absent) : ViewOf(gid);
       if (!view.ok()) {
         queue_.push_front(std::move(w));  // the store is out of reach
         unreadable = true;
@@ -560,9 +567,16 @@ void FencedLog::Finish(Group group, const TxnResult& result) {
       }
       views_.erase(gw.gid);
       stale_.insert(gw.gid);
+      const bool registers = !gw.appends.empty() &&
+                             !gw.appends[0].request.records.empty() &&
+                             std::holds_alternative<wal::Registered>(
+                                 gw.appends[0].request.records[0]);
       Complete(std::move(gw.appends),
-               absl::AbortedError(absl::StrCat(
-                   gw.gid, " was written by another owner: Read it")));
+               registers && head.has_value() && head->value.txn
+                   ? absl::AlreadyExistsError(
+                         absl::StrCat(gw.gid, " is in the log already"))
+                   : absl::AbortedError(absl::StrCat(
+                         gw.gid, " was written by another owner: Read it")));
     }
   }
 }

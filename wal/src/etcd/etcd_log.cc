@@ -491,10 +491,21 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::Read(std::string_view gid) {
                      ": ", read.status().message(), "; retry"));
   }
   if (read.ok() || absl::IsNotFound(read.status())) {
-    // The caller's reload: a stale view is current again.
+    // The caller's reload: a stale view is current again. An unfinished
+    // gid's of a shard this node owns is kept (a create of it is then not
+    // blind, and its next append needs no read), unless the committer
+    // holds a newer one.
     std::lock_guard<std::mutex> lock(mu_);
     auto it = views_.find(std::string(gid));
-    if (it != views_.end() && it->second.stale) views_.erase(it);
+    if (it != views_.end() && it->second.stale) {
+      views_.erase(it);
+      it = views_.end();
+    }
+    const uint32_t k = ShardOfGid(std::string(gid), cluster_.shards);
+    if (it == views_.end() && view.head && shards_[k].owned &&
+        !shards_[k].lost) {
+      views_.emplace(std::string(gid), view);
+    }
   }
   return read;
 }
@@ -935,8 +946,13 @@ void NamedApprovals(const AppendRequest& r, std::set<std::string>& out) {
 }  // namespace
 
 void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
-  // 1. Which shards are ours, which views and approvals to read first.
+  // 1. Which shards are ours, which views and approvals to read first. A
+  // gid without a view whose first append here registers it is not read:
+  // it is taken as absent, and the registration's compare (head and compact
+  // entry absent) refuses it, ALREADY_EXISTS, if it exists after all (the
+  // caller then reads it: Driver's Unblind). Most new gids are new.
   std::vector<std::string> missing;
+  std::set<std::string> taken_as_absent;
   std::set<std::string> approval_ids;
   {
     std::set<std::string> seen;
@@ -947,7 +963,14 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       const uint32_t k = ShardOfGid(gid, cluster_.shards);
       if (!shards_[k].owned || shards_[k].lost) continue;  // answered below
       auto v = views_.find(gid);
-      if (v == views_.end() && seen.insert(gid).second) missing.push_back(gid);
+      if (v == views_.end() && seen.insert(gid).second) {
+        const std::vector<Record>& recs = item.append.records;
+        if (!recs.empty() && std::holds_alternative<Registered>(recs[0])) {
+          taken_as_absent.insert(gid);
+        } else {
+          missing.push_back(gid);
+        }
+      }
       NamedApprovals(item.append, approval_ids);
     }
   }
@@ -1022,8 +1045,13 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     if (w_it == working.end()) {
       std::lock_guard<std::mutex> lock(mu_);
       auto v = views_.find(gid);
-      if (v == views_.end()) continue;  // read failed meanwhile: next group
-      w_it = working.emplace(gid, v->second).first;
+      if (v != views_.end()) {
+        w_it = working.emplace(gid, v->second).first;
+      } else if (taken_as_absent.count(gid) > 0) {
+        w_it = working.emplace(gid, View{}).first;
+      } else {
+        continue;  // read failed meanwhile: next group
+      }
     }
     View& view = w_it->second;
     if (view.stale) {
@@ -1377,7 +1405,13 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
         "gid ", w.gid,
         ": another writer changed it since this node read it; read it "
         "again"));
-    if (w.registers && horizon != nullptr) {
+    if (w.registers && (FirstKv(failure.responses(0)) != nullptr ||
+                        FirstKv(failure.responses(1)) != nullptr)) {
+      // Registered by an earlier request or another node since this node
+      // last looked (or never looked: a gid taken as absent).
+      why = absl::AlreadyExistsError(
+          absl::StrCat("gid ", w.gid, " is in the log already"));
+    } else if (w.registers && horizon != nullptr) {
       absl::StatusOr<int64_t> h =
           internal::DecodeHorizon(horizon->value(), horizon->key());
       if (h.ok() && *h > w.created_at_ms &&
@@ -1389,7 +1423,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
             std::max(shards_[w.shard].horizon_ms.load(), *h);
       }
     }
-    if (absl::IsAborted(why)) {
+    if (absl::IsAborted(why) || absl::IsAlreadyExists(why)) {
       std::lock_guard<std::mutex> lock(mu_);
       views_[w.gid].stale = true;
     }

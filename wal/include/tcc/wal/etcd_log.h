@@ -21,7 +21,10 @@
 //
 // Group commit: one committer thread takes every append waiting, checks
 // each against the gid's view (the summary and the head's mod_revision as
-// this log last read or wrote them; loaded from etcd when it has none) with
+// this log last read or wrote them; loaded from etcd when it has none, but
+// for a gid whose first append in the group registers it: that one is
+// taken as absent, and its compare refuses it, ALREADY_EXISTS, if it
+// exists after all) with
 // the rules of txn_rules.h, and sends one etcd Txn: a nested Txn per shard
 // comparing its fence, inside it one per gid (that gid's accepted appends
 // merged in order) comparing the head's mod_revision (a registration: the
@@ -146,10 +149,11 @@ class EtcdLog final : public Log {
   void Append(AppendRequest request, AppendDone done) override;
   void PutApproval(Approval approval, AppendDone done) override;
   [[nodiscard]] absl::StatusOr<TxnLog> Read(std::string_view gid) override;
-  // Blind (no etcd read) for a gid without a view while etcd answers; the
-  // registration's group reads the gids it has no view of in one Txn and
-  // refuses one that exists (ALREADY_EXISTS), its compare-and-set one that
-  // appeared since (ABORTED). While etcd does not answer: Read.
+  // Blind (no etcd read) for a gid without a view while etcd answered
+  // within the last second; the registration's compare-and-set (head and
+  // compact entry absent) refuses one that exists, ALREADY_EXISTS, with
+  // nothing written. Otherwise: Read. Read keeps the view of an unfinished
+  // gid of an owned shard, so a create after it is not blind.
   [[nodiscard]] absl::StatusOr<TxnLog> ReadForCreate(std::string_view gid,
                                                      bool* blind) override;
   [[nodiscard]] absl::StatusOr<Approval> ReadApproval(
