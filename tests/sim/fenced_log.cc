@@ -103,7 +103,8 @@ absl::StatusOr<wal::TxnLog> FencedLog::ReadForCreate(std::string_view gid,
                                                      bool* blind) {
   *blind = false;
   if (last_answer_ms_ >= 0 &&
-      options_.clock->MonotonicMs() - last_answer_ms_ < 1000 &&
+      options_.clock->MonotonicMs() - last_answer_ms_ <
+          wal::Log::kBlindCreateWindowMs &&
       views_.find(std::string(gid)) == views_.end()) {
     *blind = true;
     ++blind_reads_;

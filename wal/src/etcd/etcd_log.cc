@@ -379,8 +379,6 @@ namespace {
 constexpr int64_t kOutageAfterMs = 200;
 constexpr int64_t kProbeEveryMs = 500;
 constexpr int64_t kProbeTimeoutMs = 1000;
-// A create's read is blind only if etcd answered this recently.
-constexpr int64_t kBlindWhileAnsweredMs = 1000;
 
 // etcd's reachability is timed on the clock lease trust is.
 int64_t NowMs() { return etcd::SystemBootClock::Default().NowMs(); }
@@ -517,7 +515,7 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadForCreate(std::string_view gid,
   // behind a Txn that hangs would hold its caller until that Txn's deadline,
   // where a real read is refused at once (ReadGate).
   if (unreachable_since_ms_.load() == 0 &&
-      NowMs() - last_answer_ms_.load() < kBlindWhileAnsweredMs) {
+      NowMs() - last_answer_ms_.load() < Log::kBlindCreateWindowMs) {
     std::lock_guard<std::mutex> lock(mu_);
     if (views_.find(std::string(gid)) == views_.end()) {
       *blind = true;

@@ -210,11 +210,13 @@ class Log {
 
   // Read, for a request that creates `gid` when it is absent (Submit,
   // Begin). A log whose reads go to a remote store may answer NOT_FOUND
-  // without asking it (`*blind` true) for a gid it holds no view of: the
-  // registration's own check then finds a gid that existed after all, and
-  // that append fails ALREADY_EXISTS or ABORTED with nothing written; the
-  // caller then reads with Read. Most new gids are new, so the store is
-  // asked once per group of registrations instead of once per gid.
+  // without asking it (`*blind` true) for a gid it holds no view of, while
+  // the store answered it within kBlindCreateWindowMs: the registration's
+  // own check then finds a gid that existed after all, and that append
+  // fails ALREADY_EXISTS or ABORTED with nothing written; the caller then
+  // reads with Read. Most new gids are new, so the store is not asked for
+  // them at all.
+  static constexpr int64_t kBlindCreateWindowMs = 1000;
   [[nodiscard]] virtual absl::StatusOr<TxnLog> ReadForCreate(
       std::string_view gid, bool* blind) {
     *blind = false;
