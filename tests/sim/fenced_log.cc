@@ -349,8 +349,7 @@ void FencedLog::Flush() {
       // As EtcdLog: a gid without a view whose first append here registers
       // it is not read; the head compare refuses it if it exists.
       const bool registers =
-          views_.count(gid) == 0 && !w.request.records.empty() &&
-          std::holds_alternative<wal::Registered>(w.request.records[0]);
+          views_.count(gid) == 0 && wal::internal::Registers(w.request);
       View absent;
       absl::StatusOr<View*> view =
           registers ? absl::StatusOr<View*>(&absent) : ViewOf(gid);
@@ -569,9 +568,7 @@ void FencedLog::Finish(Group group, const TxnResult& result) {
       views_.erase(gw.gid);
       stale_.insert(gw.gid);
       const bool registers = !gw.appends.empty() &&
-                             !gw.appends[0].request.records.empty() &&
-                             std::holds_alternative<wal::Registered>(
-                                 gw.appends[0].request.records[0]);
+                             wal::internal::Registers(gw.appends[0].request);
       Complete(std::move(gw.appends),
                registers && head.has_value() && head->value.txn
                    ? absl::AlreadyExistsError(

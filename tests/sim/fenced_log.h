@@ -98,8 +98,8 @@ class FencedLog final : public wal::Log {
   void PutApproval(wal::Approval approval, wal::AppendDone done) override;
   absl::StatusOr<wal::TxnLog> Read(std::string_view gid) override;
   // As EtcdLog's: blind (NOT_FOUND without the store) for a gid this log has
-  // no view of while the store answered within the last second; the group's
-  // read of the gid and the registration's compare then decide.
+  // no view of while the store answered within kBlindCreateWindowMs; the
+  // registration's compare then decides (ALREADY_EXISTS if it exists).
   absl::StatusOr<wal::TxnLog> ReadForCreate(std::string_view gid,
                                             bool* blind) override;
   absl::StatusOr<wal::Approval> ReadApproval(

@@ -962,8 +962,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       if (!shards_[k].owned || shards_[k].lost) continue;  // answered below
       auto v = views_.find(gid);
       if (v == views_.end() && seen.insert(gid).second) {
-        const std::vector<Record>& recs = item.append.records;
-        if (!recs.empty() && std::holds_alternative<Registered>(recs[0])) {
+        if (internal::Registers(item.append)) {
           taken_as_absent.insert(gid);
         } else {
           missing.push_back(gid);

@@ -81,8 +81,7 @@ class Planner {
     if (absl::Status s = identity::ValidateGid(request_.gid); !s.ok()) {
       return s;
     }
-    const bool registers =
-        std::holds_alternative<Registered>(request_.records.front());
+    const bool registers = Registers(request_);
     if (registers && current != nullptr) {
       return absl::AlreadyExistsError(
           absl::StrCat("gid ", request_.gid, " is registered already"));
@@ -285,6 +284,11 @@ class Planner {
 };
 
 }  // namespace
+
+bool Registers(const AppendRequest& request) {
+  return !request.records.empty() &&
+         std::holds_alternative<Registered>(request.records.front());
+}
 
 absl::StatusOr<AppendPlan> PlanAppend(const AppendRequest& request,
                                       const TxnSummary* current,

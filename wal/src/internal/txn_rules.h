@@ -28,6 +28,9 @@ struct AppendPlan {
   bool registers = false;          // it starts with Registered (a new gid)
 };
 
+// Whether `request` registers its gid (its first record is Registered).
+[[nodiscard]] bool Registers(const AppendRequest& request);
+
 // Looks up an approval as it stands now (including approvals consumed earlier
 // in the same write); NOT_FOUND when there is none.
 using ApprovalLookup =
