@@ -138,6 +138,18 @@ void Usage() {
                "                 [--tccd BIN] [--bank BIN]\n");
 }
 
+// Each thread of `pid` (name, kernel wait channel, state) and, where gdb is
+// installed, every thread's stack, into `path` (bounded: gdb gets 60 s).
+void DumpThreads(pid_t pid, const std::string& path) {
+  const std::string cmd = absl::StrCat(
+      "{ for t in /proc/", pid,
+      "/task/*; do echo \"$(cat $t/comm) $(cat $t/wchan) $(cut -d' ' -f3 "
+      "$t/stat)\"; done; command -v gdb >/dev/null && timeout 60 gdb -batch "
+      "-p ",
+      pid, " -ex 'thread apply all bt'; } >", path, " 2>&1");
+  (void)std::system(cmd.c_str());
+}
+
 class Drill {
  public:
   explicit Drill(Flags flags) : flags_(std::move(flags)), rng_(flags_.seed) {}
@@ -263,8 +275,7 @@ std::vector<Leg> Drill::RandomTransfer(std::mt19937_64& rng) {
     legs.push_back({banks_[rng() % banks_.size()],
                     static_cast<uint32_t>(rng() % kAccounts), first});
     legs.push_back({banks_[rng() % banks_.size()],
-                    static_cast<uint32_t>(rng() % kAccounts),
-                    amount - first});
+                    static_cast<uint32_t>(rng() % kAccounts), amount - first});
   }
   return legs;
 }
@@ -337,9 +348,8 @@ void Drill::MeasureRecovery(const std::set<std::string>& in_flight,
   while (!left.empty() && MsSince(since) < kRecoveryBoundMs) {
     for (auto it = left.begin(); it != left.end();) {
       auto v = checker->Get(*it);
-      const bool done =
-          (v.ok() && IsFinal(v->state())) ||
-          v.status().code() == absl::StatusCode::kNotFound;
+      const bool done = (v.ok() && IsFinal(v->state())) ||
+                        v.status().code() == absl::StatusCode::kNotFound;
       it = done ? left.erase(it) : std::next(it);
     }
     if (!left.empty()) SleepMs(20);
@@ -357,15 +367,24 @@ absl::Status Drill::FaultFailpoint() {
   // Each failpoint in turn; where in its run it fires is random.
   const std::string& point =
       kTccdFailpoints[faults_[kFailpoint] % kTccdFailpoints.size()];
-  const uint64_t n = point == "driver.before_effect" ? 1 + rng_() % 400
-                                                     : 1 + rng_() % 30;
+  const uint64_t n =
+      point == "driver.before_effect" ? 1 + rng_() % 400 : 1 + rng_() % 30;
   const std::string spec = absl::StrCat(point, "=crash@", n);
   // Arm it: a graceful stop, then a start with the failpoint.
   auto stopped = cluster_->StopTccd(15000);
   if (!stopped.ok() || !WIFEXITED(*stopped) || WEXITSTATUS(*stopped) != 0) {
-    Violation(absl::StrCat("SIGTERM did not stop tccd cleanly: ",
-                           stopped.ok() ? std::to_string(*stopped)
-                                        : stopped.status().ToString()));
+    std::string where;
+    if (!stopped.ok() && cluster_->tccd() != nullptr) {
+      // Still running: what its threads wait in, for whoever reads this.
+      where =
+          absl::StrCat(root_, "/tccd-threads-", faults_[kFailpoint], ".txt");
+      DumpThreads(cluster_->tccd()->pid(), where);
+      where = absl::StrCat(" (its threads: ", where, ")");
+    }
+    Violation(absl::StrCat(
+        "SIGTERM did not stop tccd cleanly: ",
+        stopped.ok() ? std::to_string(*stopped) : stopped.status().ToString(),
+        where));
     cluster_->KillTccd();
   }
   bool fired = false;
@@ -444,19 +463,22 @@ bool Drill::StraceWorks() {
   strace_checked_ = true;
   if (flags_.fsync_mode == "failpoint") return false;
   auto p = Process::Start(ProcessOptions{
-      {"/usr/bin/strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=fdatasync",
-       "-e", "inject=fdatasync:error=EIO", "/usr/bin/dd", "if=/dev/zero",
-       "of=" + root_ + "/strace-probe", "bs=1k", "count=1", "conv=fdatasync"},
+      {"/usr/bin/strace", "-f", "-qq", "-o", "/dev/null", "-e",
+       "trace=fdatasync", "-e", "inject=fdatasync:error=EIO", "/usr/bin/dd",
+       "if=/dev/zero", "of=" + root_ + "/strace-probe", "bs=1k", "count=1",
+       "conv=fdatasync"},
       {},
       "",
       "strace-probe"});
   if (!p.ok()) return false;
   auto status = (*p)->Wait(10000);
   // dd fails (exit 1) only when the fdatasync was made to fail.
-  strace_works_ = status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 1;
+  strace_works_ =
+      status.ok() && WIFEXITED(*status) && WEXITSTATUS(*status) == 1;
   if (!strace_works_) {
-    Note("strace -e inject does not work here (ptrace?): fsync faults use "
-         "the failpoint wal.before_sync=error");
+    Note(
+        "strace -e inject does not work here (ptrace?): fsync faults use "
+        "the failpoint wal.before_sync=error");
     if (flags_.fsync_mode == "strace") {
       Violation("--fsync-mode strace, but strace cannot inject here");
     }
@@ -491,9 +513,10 @@ absl::Status Drill::FaultFsync() {
     Violation("tccd kept running for 15 s after its fsync failed");
     cluster_->KillTccd();
   } else if (!WIFEXITED(*status) || WEXITSTATUS(*status) == 0) {
-    Violation(absl::StrCat("tccd did not fail-stop on a failed fsync: wait "
-                           "status ",
-                           *status));
+    Violation(
+        absl::StrCat("tccd did not fail-stop on a failed fsync: wait "
+                     "status ",
+                     *status));
   } else {
     Note(absl::StrCat("fsync failed: tccd exited ", WEXITSTATUS(*status)));
   }
@@ -509,10 +532,9 @@ absl::Status Drill::FaultClock() {
   const bool ahead = faults_[kClock] % 2 == 0;
   cluster_->KillTccd();
   if (faketime_works_) {
-    if (absl::Status s =
-            StartTccd({{"LD_PRELOAD", kFaketimeLib},
-                       {"FAKETIME", ahead ? "+30s" : "-30s"},
-                       {"FAKETIME_DONT_FAKE_MONOTONIC", "1"}});
+    if (absl::Status s = StartTccd({{"LD_PRELOAD", kFaketimeLib},
+                                    {"FAKETIME", ahead ? "+30s" : "-30s"},
+                                    {"FAKETIME_DONT_FAKE_MONOTONIC", "1"}});
         !s.ok()) {
       return s;
     }
@@ -599,10 +621,9 @@ void Drill::FinalChecks() {
     }
     if (a->balance() != want || a->frozen() != 0 || a->incoming() != 0) {
       if (++mismatches <= 10) {
-        Violation(absl::StrCat(key.first, " account ", key.second,
-                               ": balance ", a->balance(), " expected ", want,
-                               " (frozen ", a->frozen(), ", incoming ",
-                               a->incoming(), ")"));
+        Violation(absl::StrCat(key.first, " account ", key.second, ": balance ",
+                               a->balance(), " expected ", want, " (frozen ",
+                               a->frozen(), ", incoming ", a->incoming(), ")"));
       }
     }
   }
@@ -643,12 +664,24 @@ int Drill::Run() {
     SleepMs(200 + static_cast<int64_t>(rng_() % 600));  // let work pile up
     absl::Status s;
     switch (kind) {
-      case kFailpoint: s = FaultFailpoint(); break;
-      case kKill9: s = FaultKill9(); break;
-      case kParticipant: s = FaultParticipant(); break;
-      case kPause: s = FaultPause(); break;
-      case kFsync: s = FaultFsync(); break;
-      case kClock: s = FaultClock(); break;
+      case kFailpoint:
+        s = FaultFailpoint();
+        break;
+      case kKill9:
+        s = FaultKill9();
+        break;
+      case kParticipant:
+        s = FaultParticipant();
+        break;
+      case kPause:
+        s = FaultPause();
+        break;
+      case kFsync:
+        s = FaultFsync();
+        break;
+      case kClock:
+        s = FaultClock();
+        break;
     }
     ++faults_[kind];
     if (!s.ok()) {
@@ -700,10 +733,11 @@ int Drill::Run() {
   std::fflush(stdout);
   cluster_.reset();  // kills and reaps every process
   if (!violations_.empty() || flags_.keep) {
-    std::printf("drill: logs and data kept in %s; replay the schedule with "
-                "scripts/drill.sh --seed %llu --minutes %g\n",
-                root_.c_str(), static_cast<unsigned long long>(flags_.seed),
-                flags_.seconds / 60);
+    std::printf(
+        "drill: logs and data kept in %s; replay the schedule with "
+        "scripts/drill.sh --seed %llu --minutes %g\n",
+        root_.c_str(), static_cast<unsigned long long>(flags_.seed),
+        flags_.seconds / 60);
   } else {
     std::error_code ec;
     std::filesystem::remove_all(root_, ec);
