@@ -123,6 +123,45 @@ TEST_CASE("appends that wait together share one write and one sync") {
   CHECK(g.log->MeanGroupSize() == Approx(75.0));
 }
 
+TEST_CASE("closing while an appending thread writes its own append ends") {
+  // An append into an idle log is written by the appending thread itself.
+  // If the log closes meanwhile, the writer thread is told to stop while
+  // that append is still being written; it must still be woken once the
+  // write ends (CI once saw a graceful stop of tccd hang here).
+  GatedLog g;
+  SyncGate writer_gate;
+  writer_gate.Arm();
+  std::thread first([&] {
+    g.log->Append(
+        Req("first", {MakeRegistered("first", 1)}, Durability::kBuffered),
+        [&](absl::Status s) {
+          CHECK(s.ok());
+          writer_gate.OnSync();
+        });
+  });
+  writer_gate.AwaitHeld();
+  std::promise<void> closed;
+  std::future<void> closed_future = closed.get_future();
+  std::thread closer([&] {
+    delete g.log.release();
+    closed.set_value();
+  });
+  // Long enough for the close to tell the writer thread to stop (an append
+  // sent now to look would be queued, and a queued append wakes the writer).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  writer_gate.Release();
+  first.join();
+  const bool ended = closed_future.wait_for(std::chrono::seconds(10)) ==
+                     std::future_status::ready;
+  if (!ended) {
+    // The closer waits forever: leave it behind and end the test binary.
+    closer.detach();
+    FAIL_CHECK("closing the log did not end within 10 s");
+    std::_Exit(1);
+  }
+  closer.join();
+}
+
 TEST_CASE("while a sync is in flight, appends wait and then share one") {
   GatedLog g;
   Completions done;

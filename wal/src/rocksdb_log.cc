@@ -644,13 +644,15 @@ void RocksDbLog::Impl::Enqueue(WorkItem item) {
     here_.push_back(std::move(item));
     ProcessGroup(here_);
     here_.clear();
-    bool more;
+    bool wake_writer;
     {
       std::lock_guard<std::mutex> lock(mu_);
       writer_busy_ = false;
-      more = !queue_.empty();
+      // The writer thread waits for the queue, or, when the log closes, for
+      // this write to end: it was told to stop while this thread wrote.
+      wake_writer = !queue_.empty() || stop_;
     }
-    if (more) cv_.notify_one();
+    if (wake_writer) cv_.notify_one();
     return;
   }
   if (wake) cv_.notify_one();
