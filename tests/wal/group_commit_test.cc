@@ -83,6 +83,23 @@ struct GatedLog {
   }
 };
 
+// Appends from a thread of its own into an idle log, which that thread then
+// writes itself, and holds it inside the append's completion callback until
+// `gate` is released: it is the writer meanwhile. Returns once it holds.
+std::thread HoldInlineWriter(Log* log, SyncGate& gate) {
+  gate.Arm();
+  std::thread first([log, &gate] {
+    log->Append(
+        Req("first", {MakeRegistered("first", 1)}, Durability::kBuffered),
+        [&gate](absl::Status s) {
+          CHECK(s.ok());
+          gate.OnSync();
+        });
+  });
+  gate.AwaitHeld();
+  return first;
+}
+
 TEST_CASE("appends that wait together share one write and one sync") {
   GatedLog g;
   // Hold the writer inside a buffered append's completion callback while
@@ -90,16 +107,7 @@ TEST_CASE("appends that wait together share one write and one sync") {
   // by the appending thread itself, so the first comes from a thread of its
   // own: it is the writer while its callback holds.)
   SyncGate writer_gate;
-  writer_gate.Arm();
-  std::thread first([&] {
-    g.log->Append(
-        Req("first", {MakeRegistered("first", 1)}, Durability::kBuffered),
-        [&](absl::Status s) {
-          CHECK(s.ok());
-          writer_gate.OnSync();
-        });
-  });
-  writer_gate.AwaitHeld();
+  std::thread first = HoldInlineWriter(g.log.get(), writer_gate);
   Completions done;
   for (int i = 0; i < 100; ++i) {
     const std::string gid = "g" + std::to_string(i);
@@ -130,16 +138,7 @@ TEST_CASE("closing while an appending thread writes its own append ends") {
   // write ends (CI once saw a graceful stop of tccd hang here).
   GatedLog g;
   SyncGate writer_gate;
-  writer_gate.Arm();
-  std::thread first([&] {
-    g.log->Append(
-        Req("first", {MakeRegistered("first", 1)}, Durability::kBuffered),
-        [&](absl::Status s) {
-          CHECK(s.ok());
-          writer_gate.OnSync();
-        });
-  });
-  writer_gate.AwaitHeld();
+  std::thread first = HoldInlineWriter(g.log.get(), writer_gate);
   std::promise<void> closed;
   std::future<void> closed_future = closed.get_future();
   std::thread closer([&] {
