@@ -102,10 +102,7 @@ std::thread HoldInlineWriter(Log* log, SyncGate& gate) {
 
 TEST_CASE("appends that wait together share one write and one sync") {
   GatedLog g;
-  // Hold the writer inside a buffered append's completion callback while
-  // 100 appends queue up behind it. (An append into an idle log is written
-  // by the appending thread itself, so the first comes from a thread of its
-  // own: it is the writer while its callback holds.)
+  // Hold the writer while 100 appends queue up behind it.
   SyncGate writer_gate;
   std::thread first = HoldInlineWriter(g.log.get(), writer_gate);
   Completions done;
@@ -132,9 +129,8 @@ TEST_CASE("appends that wait together share one write and one sync") {
 }
 
 TEST_CASE("closing while an appending thread writes its own append ends") {
-  // An append into an idle log is written by the appending thread itself.
-  // If the log closes meanwhile, the writer thread is told to stop while
-  // that append is still being written; it must still be woken once the
+  // The log closes while an appending thread writes its own append: the
+  // writer thread, told to stop meanwhile, must still be woken once that
   // write ends (CI once saw a graceful stop of tccd hang here).
   GatedLog g;
   SyncGate writer_gate;
