@@ -219,6 +219,151 @@ TEST_CASE("two appends of one gid in one group land in order") {
   }
 }
 
+// The records etcd itself holds for `gid` (not what the log holds back).
+size_t RecordsInEtcd(EtcdHarness& h, const std::string& gid) {
+  const internal::etcd_keys::Layout keys(h.prefix());
+  const std::string rec =
+      keys.RecordPrefix(ShardOfGid(gid, h.etcd_log().shard_count()), gid);
+  pb::RangeRequest r;
+  r.set_key(rec);
+  r.set_range_end(internal::etcd_keys::PrefixEnd(rec));
+  r.set_count_only(true);
+  absl::StatusOr<pb::RangeResponse> got = h.client().Range(r);
+  REQUIRE(got.ok());
+  return static_cast<size_t>(got->count());
+}
+
+TEST_CASE("a buffered append is held for its gid's next group, Read shows it") {
+  EtcdHarness h(RetentionPolicy{});
+  h.log_options().hold_buffered_ms = 60000;  // only a next append sends it
+  h.Reopen();
+  REQUIRE(Register(h.log(), "g1").ok());
+  REQUIRE(Register(h.log(), "g2").ok());
+  const uint64_t sent = h.etcd_log().txns_sent();
+  // Answered at once, nothing sent: etcd still has the registration only.
+  REQUIRE(
+      AppendAndWait(h.log(), Req("g1", {MakePhase("b0", PhaseState::kUnknown)},
+                                 Durability::kBuffered))
+          .ok());
+  REQUIRE(AppendAndWait(h.log(),
+                        Req("g1", {MakePhase("b0", PhaseState::kSucceeded)},
+                            Durability::kBuffered))
+              .ok());
+  CHECK(h.etcd_log().appends_held() == 2);
+  CHECK(h.etcd_log().txns_sent() == sent);
+  CHECK(RecordsInEtcd(h, "g1") == 1);
+  // This node's Read shows them, after what etcd has.
+  absl::StatusOr<TxnLog> t = h.log().Read("g1");
+  REQUIRE(t.ok());
+  REQUIRE(t->records.size() == 3);
+  CHECK(std::get<PhaseUpdate>(t->records[1]).state == PhaseState::kUnknown);
+  CHECK(std::get<PhaseUpdate>(t->records[2]).state == PhaseState::kSucceeded);
+  // Another gid's durable append leaves g1's held ones held: the prefix is
+  // per gid.
+  REQUIRE(
+      AppendAndWait(h.log(), Req("g2", {MakeDecided(Decision::kCancel)})).ok());
+  CHECK(RecordsInEtcd(h, "g2") == 2);
+  CHECK(RecordsInEtcd(h, "g1") == 1);
+  // g1's next durable append takes them along, in order, in one Txn.
+  const uint64_t before = h.etcd_log().txns_sent();
+  REQUIRE(AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kConfirm)}))
+              .ok());
+  CHECK(h.etcd_log().txns_sent() == before + 1);
+  CHECK(RecordsInEtcd(h, "g1") == 4);
+  // A buffered append the rules refuse is not held: the committer answers
+  // it (and would send what is held before it).
+  CHECK(absl::IsInvalidArgument(AppendAndWait(
+      h.log(),
+      Req("g1", {MakeDecided(Decision::kNone)}, Durability::kBuffered))));
+  CHECK(h.etcd_log().appends_held() == 2);
+  h.Reopen();  // nothing held now: what a new log reads is etcd's
+  t = h.log().Read("g1");
+  REQUIRE(t.ok());
+  REQUIRE(t->records.size() == 4);
+  CHECK(std::get<PhaseUpdate>(t->records[1]).state == PhaseState::kUnknown);
+  CHECK(std::get<PhaseUpdate>(t->records[2]).state == PhaseState::kSucceeded);
+  CHECK(t->summary.decision == Decision::kConfirm);
+}
+
+TEST_CASE("held appends are written once held long enough, or at close") {
+  EtcdHarness h(RetentionPolicy{});
+  h.log_options().hold_buffered_ms = 300;
+  h.Reopen();
+  REQUIRE(Register(h.log(), "g1").ok());
+  REQUIRE(
+      AppendAndWait(h.log(), Req("g1", {MakePhase("b0", PhaseState::kUnknown)},
+                                 Durability::kBuffered))
+          .ok());
+  CHECK(RecordsInEtcd(h, "g1") == 1);  // held for 300 ms
+  bool written = false;
+  for (int i = 0; i < 100 && !written; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    written = RecordsInEtcd(h, "g1") == 2;
+  }
+  CHECK(written);
+  // A graceful close writes what it holds.
+  h.log_options().hold_buffered_ms = 60000;
+  h.Reopen();
+  CHECK(Records(h.log(), "g1") == 2);  // a view: its next append may be held
+  REQUIRE(AppendAndWait(h.log(),
+                        Req("g1", {MakePhase("b0", PhaseState::kSucceeded)},
+                            Durability::kBuffered))
+              .ok());
+  CHECK(RecordsInEtcd(h, "g1") == 2);
+  h.Reopen();
+  CHECK(RecordsInEtcd(h, "g1") == 3);
+  CHECK(Records(h.log(), "g1") == 3);
+}
+
+TEST_CASE("what is held is forgotten when the shard's ownership changes") {
+  EtcdHarness h(RetentionPolicy{});
+  h.log_options().hold_buffered_ms = 60000;
+  h.Reopen();
+  REQUIRE(Register(h.log(), "g1").ok());
+  REQUIRE(
+      AppendAndWait(h.log(), Req("g1", {MakePhase("b0", PhaseState::kUnknown)},
+                                 Durability::kBuffered))
+          .ok());
+  CHECK(Records(h.log(), "g1") == 2);
+  // Taken again (a new epoch: the driver reloads from etcd), the held
+  // append is lost, as a buffered append may be; nothing after it was
+  // written, and the next appends follow what etcd has.
+  REQUIRE(h.etcd_log().TakeOwnerEpoch(0).ok());
+  CHECK(Records(h.log(), "g1") == 1);
+  REQUIRE(
+      AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kCancel)})).ok());
+  CHECK(RecordsInEtcd(h, "g1") == 2);
+  absl::StatusOr<TxnLog> t = h.log().Read("g1");
+  REQUIRE(t.ok());
+  CHECK(std::holds_alternative<Decided>(t->records[1]));
+}
+
+TEST_CASE("a finishing append takes the held ones to the archive") {
+  EtcdHarness h(RetentionPolicy{});
+  h.log_options().hold_buffered_ms = 60000;
+  h.Reopen();
+  REQUIRE(Register(h.log(), "g1").ok());
+  REQUIRE(AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kConfirm)}))
+              .ok());
+  REQUIRE(
+      AppendAndWait(h.log(), Req("g1", {MakePhase("b0", PhaseState::kUnknown)},
+                                 Durability::kBuffered))
+          .ok());
+  const uint64_t before = h.etcd_log().txns_sent();
+  REQUIRE(
+      AppendAndWait(h.log(), Req("g1", {MakeFinished(TxnState::kConfirmed, 9)},
+                                 Durability::kBuffered))
+          .ok());
+  CHECK(h.etcd_log().txns_sent() == before + 1);
+  CHECK(RecordsInEtcd(h, "g1") == 0);  // the compact entry instead
+  absl::StatusOr<TxnLog> t = h.log().Read("g1");
+  REQUIRE(t.ok());
+  CHECK(t->summary.state == TxnState::kConfirmed);
+  REQUIRE(t->records.size() == 4);  // from the archive, the held one too
+  CHECK(std::holds_alternative<PhaseUpdate>(t->records[2]));
+  CHECK(std::holds_alternative<Finished>(t->records[3]));
+}
+
 TEST_CASE("groups fit --max-txn-ops along the nesting, and requests' bytes") {
   // A log told etcd takes 40 ops per Txn: along a path a registration costs
   // 3 (top: the shards) + its shard's gids + 3 (its compares), so one Txn

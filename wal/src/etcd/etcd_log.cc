@@ -35,6 +35,9 @@ using internal::etcd_keys::PrefixEnd;
 namespace pb = etcdserverpb;
 
 constexpr uint32_t kMaxShards = 9999;
+// A gid's held buffered appends at most; a further one is queued behind
+// them (etcd_log.h).
+constexpr size_t kMaxHeldPerGid = 64;
 
 void AddRange(pb::TxnRequest& txn, bool success, const std::string& key,
               const std::string& range_end = "") {
@@ -195,7 +198,16 @@ class EtcdLog::Impl {
 
   ~Impl() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      // A graceful close writes what it holds (etcd_log.h), for at most
+      // one Txn timeout.
+      std::unique_lock<std::mutex> lock(mu_);
+      std::vector<std::string> gids;
+      for (const auto& [gid, held] : held_) gids.push_back(gid);
+      for (const std::string& gid : gids) ReleaseHeldLocked(gid);
+      cv_.notify_all();
+      drained_.wait_for(lock,
+                        std::chrono::milliseconds(options_.txn_timeout_ms),
+                        [&] { return unsent_.empty(); });
       stop_ = true;
     }
     cv_.notify_all();
@@ -214,10 +226,18 @@ class EtcdLog::Impl {
     committer_ = std::thread([this] { CommitterLoop(); });
   }
 
+  // Answers a buffered append at once, holding it for the gid's next group
+  // (etcd_log.h, "Held buffered appends"), when the rules allow
+  // (internal::MayHold) and it can be checked here: the gid's view is
+  // current, nothing of it is queued or in a group, its shard is owned.
+  bool Hold(AppendRequest& request);
+
   void Enqueue(Item item) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (!item.approval) ReleaseHeldLocked(item.append.gid);
       if (queue_.size() < options_.max_queued && !stop_) {
+        if (!item.approval) ++unsent_[item.append.gid];
         queue_.push_back(std::move(item));
         item.done = nullptr;
       }
@@ -244,6 +264,7 @@ class EtcdLog::Impl {
     lease_id_ = lease_id;
     // Every owner key of the old lease went with it.
     for (ShardState& st : shards_) st.owned = false;
+    DropHeldLocked(-1);
   }
   absl::Status RunRetention(int64_t now_ms);
   LogStats Stats() const;
@@ -278,6 +299,7 @@ class EtcdLog::Impl {
     return txns_refused_too_large_.load();
   }
   uint64_t appends_committed() const { return appends_committed_.load(); }
+  uint64_t appends_held() const { return appends_held_.load(); }
   double MeanAppendsPerTxn() const {
     const uint64_t t = txns_committed_.load();
     return t == 0 ? 0.0 : static_cast<double>(appends_committed_.load()) / t;
@@ -303,11 +325,52 @@ class EtcdLog::Impl {
 
   void Complete(Item& item, absl::Status status) {
     if (item.done) {
+      if (!item.approval) {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = unsent_.find(item.append.gid);
+        if (it != unsent_.end() && --it->second == 0) {
+          unsent_.erase(it);
+          if (unsent_.empty()) drained_.notify_all();
+        }
+      }
       AppendDone done = std::move(item.done);
       item.done = nullptr;
       done(std::move(status));
     }
   }
+
+  // Held buffered appends of one gid, answered already, in order.
+  struct Held {
+    int64_t since_ms = 0;  // boot clock: when the first was held
+    std::vector<AppendRequest> appends;
+    TxnSummary summary;  // the gid's, after them
+  };
+  // Queues `gid`'s held appends (items answered already: nobody waits for
+  // their outcome), ahead of anything queued for it after. Under mu_.
+  void ReleaseHeldLocked(const std::string& gid);
+  // Queues the held appends due (held options.hold_buffered_ms); returns
+  // when the next are due (0: none held). Under mu_.
+  int64_t ReleaseDueHeldLocked(int64_t now_ms);
+  // Adds what this log holds of `txn`'s gid to it (as read from etcd, its
+  // head at `head_mod_revision`), unless another writer wrote the gid since
+  // this log did (its view's head is another). Under mu_.
+  void MergeHeldLocked(int64_t head_mod_revision, TxnLog& txn) {
+    auto h = held_.find(txn.summary.gid);
+    auto v = views_.find(txn.summary.gid);
+    if (h == held_.end() || v == views_.end() ||
+        v->second.head_mod_revision != head_mod_revision) {
+      return;
+    }
+    for (const AppendRequest& a : h->second.appends) {
+      txn.records.insert(txn.records.end(), a.records.begin(), a.records.end());
+    }
+    txn.summary = h->second.summary;
+  }
+  // Forgets what is held for gids of `shard` (every shard: -1) when
+  // ownership changes: written later under another epoch, it would follow
+  // what the new owner reads (they may be lost, as buffered appends may).
+  // Under mu_.
+  void DropHeldLocked(int64_t shard);
 
   void CommitterLoop();
   void ProcessGroup(std::vector<Item>& items);
@@ -348,6 +411,13 @@ class EtcdLog::Impl {
   // The node's lease (options.lease_id, then SetLease's).
   std::atomic<int64_t> lease_id_;
   std::unordered_map<std::string, View> views_;
+  std::unordered_map<std::string, Held> held_;
+  std::deque<std::pair<int64_t, std::string>> held_order_;  // since, gid
+  size_t held_count_ = 0;                                   // appends
+  // Appends queued or in a group, per gid (none: no entry); its drain is
+  // what a graceful close waits for.
+  std::unordered_map<std::string, size_t> unsent_;
+  std::condition_variable drained_;
   ShardLostFn lost_fn_;
   absl::Status failure_;
   std::thread committer_;
@@ -365,6 +435,7 @@ class EtcdLog::Impl {
   std::atomic<uint64_t> appends_committed_{0};
   std::atomic<uint64_t> synced_appends_{0};
   std::atomic<uint64_t> buffered_appends_{0};
+  std::atomic<uint64_t> appends_held_{0};
   // Registrations refused (RESOURCE_EXHAUSTED) while the size budget would
   // cut the deduplication window below its minimum.
   std::atomic<bool> window_exhausted_{false};
@@ -504,6 +575,7 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::Read(std::string_view gid) {
         !shards_[k].lost) {
       views_.emplace(std::string(gid), view);
     }
+    if (read.ok()) MergeHeldLocked(view.head_mod_revision, *read);
   }
   return read;
 }
@@ -616,8 +688,10 @@ absl::Status EtcdLog::Impl::ScanUnfinished(
   // holds every write of every earlier owner, and this log's own since),
   // paged at that revision; started again if etcd compacted it meanwhile.
   std::map<std::string, TxnLog> txns;
+  std::map<std::string, int64_t> head_revisions;
   for (int round = 0; round < 3; ++round) {
     txns.clear();
+    head_revisions.clear();
     int64_t at = 0;
     const int64_t revision = 0;
     absl::Status s = RangeAll(
@@ -628,6 +702,7 @@ absl::Status EtcdLog::Impl::ScanUnfinished(
               internal::DecodeHead(kv.value(), kv.key());
           if (!h.ok()) return h.status();
           if (IsFinal(h->summary.state)) return absl::OkStatus();
+          head_revisions[h->summary.gid] = kv.mod_revision();
           TxnLog& t = txns[h->summary.gid];
           t.summary = std::move(h->summary);
           return absl::OkStatus();
@@ -667,6 +742,10 @@ absl::Status EtcdLog::Impl::ScanUnfinished(
     if (!s.ok()) return s;
     break;
   }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [gid, t] : txns) MergeHeldLocked(head_revisions[gid], t);
+  }
   std::vector<TxnLog*> order;
   for (auto& [gid, t] : txns) order.push_back(&t);
   std::sort(order.begin(), order.end(), [](TxnLog* a, TxnLog* b) {
@@ -689,6 +768,7 @@ absl::StatusOr<uint64_t> EtcdLog::Impl::TakeOwnerEpoch(uint32_t shard) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     shards_[shard].owned = false;  // nothing is written meanwhile
+    DropHeldLocked(shard);
   }
   // A shard this log (this lease) owns already: the fenced delete first, so
   // that the new campaign makes a higher epoch.
@@ -796,6 +876,7 @@ absl::Status EtcdLog::Impl::ReleaseShard(uint32_t shard) {
     if (!shards_[shard].owned) return absl::OkStatus();
     shards_[shard].owned = false;
     epoch = shards_[shard].epoch;
+    DropHeldLocked(shard);
   }
   pb::TxnRequest del;
   pb::Compare* c = del.add_compare();
@@ -820,6 +901,7 @@ void EtcdLog::Impl::LoseShard(uint32_t shard, const absl::Status& why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (shards_[shard].lost) return;
     shards_[shard].lost = true;
+    DropHeldLocked(shard);
     fn = lost_fn_;
   }
   if (fn) fn(shard, why);
@@ -832,6 +914,88 @@ void EtcdLog::Impl::WaitBackoff(int64_t& backoff_ms) {
   backoff_ms = std::min<int64_t>(1000, backoff_ms * 2);
 }
 
+// --- Held buffered appends ---
+
+bool EtcdLog::Impl::Hold(AppendRequest& request) {
+  if (options_.hold_buffered_ms <= 0 ||
+      request.durability != Durability::kBuffered) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint32_t k = ShardOfGid(request.gid, cluster_.shards);
+  if (stop_ || !shards_[k].owned || shards_[k].lost ||
+      unsent_.count(request.gid) > 0 || held_count_ >= options_.max_queued) {
+    return false;
+  }
+  auto v = views_.find(request.gid);
+  if (v == views_.end() || !v->second.head || v->second.stale) return false;
+  auto h = held_.find(request.gid);
+  if (h != held_.end() && h->second.appends.size() >= kMaxHeldPerGid) {
+    return false;  // queued, with the held ones ahead of it
+  }
+  const TxnSummary& before =
+      h != held_.end() ? h->second.summary : v->second.summary;
+  const internal::ApprovalLookup no_approvals = [](const std::string& id) {
+    return absl::StatusOr<Approval>(
+        absl::NotFoundError(absl::StrCat("approval ", id)));
+  };
+  absl::StatusOr<internal::AppendPlan> plan =
+      internal::PlanAppend(request, &before, no_approvals);
+  // One the rules refuse is queued: the committer answers it.
+  if (!plan.ok() || !internal::MayHold(request, *plan, before)) return false;
+  if (h == held_.end()) {
+    h = held_.emplace(request.gid, Held{}).first;
+    h->second.since_ms = NowMs();
+    h->second.summary = before;
+    held_order_.emplace_back(h->second.since_ms, request.gid);
+  }
+  if (plan->summary_set) h->second.summary = std::move(plan->summary);
+  h->second.appends.push_back(std::move(request));
+  ++held_count_;
+  appends_held_.fetch_add(1);
+  return true;
+}
+
+void EtcdLog::Impl::ReleaseHeldLocked(const std::string& gid) {
+  auto h = held_.find(gid);
+  if (h == held_.end()) return;
+  for (AppendRequest& a : h->second.appends) {
+    Item item;
+    item.append = std::move(a);
+    item.done = [](absl::Status) {};  // answered when it was held
+    queue_.push_back(std::move(item));
+  }
+  unsent_[gid] += h->second.appends.size();
+  held_count_ -= h->second.appends.size();
+  held_.erase(h);
+}
+
+int64_t EtcdLog::Impl::ReleaseDueHeldLocked(int64_t now_ms) {
+  while (!held_order_.empty()) {
+    const auto& [since, gid] = held_order_.front();
+    auto h = held_.find(gid);
+    if (h != held_.end() && h->second.since_ms == since) {
+      if (since + options_.hold_buffered_ms > now_ms) {
+        return since + options_.hold_buffered_ms;
+      }
+      ReleaseHeldLocked(gid);
+    }
+    held_order_.pop_front();  // released, or released and held anew since
+  }
+  return 0;
+}
+
+void EtcdLog::Impl::DropHeldLocked(int64_t shard) {
+  for (auto h = held_.begin(); h != held_.end();) {
+    if (shard < 0 || ShardOfGid(h->first, cluster_.shards) == shard) {
+      held_count_ -= h->second.appends.size();
+      h = held_.erase(h);
+    } else {
+      ++h;
+    }
+  }
+}
+
 // --- Group commit ---
 
 void EtcdLog::Impl::CommitterLoop() {
@@ -839,7 +1003,20 @@ void EtcdLog::Impl::CommitterLoop() {
     std::vector<Item> items;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      while (!stop_) {
+        const int64_t due = ReleaseDueHeldLocked(NowMs());
+        if (!queue_.empty()) break;
+        if (options_.hold_buffered_ms <= 0) {
+          cv_.wait(lock);
+        } else {
+          // Hold wakes nobody (no futex wake per held append): an idle
+          // committer looks again every hold_buffered_ms, so a held
+          // append waits at most twice that.
+          cv_.wait_for(
+              lock, std::chrono::milliseconds(
+                        due == 0 ? options_.hold_buffered_ms : due - NowMs()));
+        }
+      }
       if (stop_) return;
       while (!queue_.empty() && items.size() < 8192) {
         items.push_back(std::move(queue_.front()));
@@ -1691,6 +1868,10 @@ EtcdLog::EtcdLog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 EtcdLog::~EtcdLog() = default;
 
 void EtcdLog::Append(AppendRequest request, AppendDone done) {
+  if (impl_->Hold(request)) {
+    done(absl::OkStatus());
+    return;
+  }
   Impl::Item item;
   item.append = std::move(request);
   item.done = std::move(done);
@@ -1751,6 +1932,7 @@ uint64_t EtcdLog::txns_refused_too_large() const {
 uint64_t EtcdLog::appends_committed() const {
   return impl_->appends_committed();
 }
+uint64_t EtcdLog::appends_held() const { return impl_->appends_held(); }
 double EtcdLog::MeanAppendsPerTxn() const { return impl_->MeanAppendsPerTxn(); }
 
 }  // namespace tcc::wal

@@ -290,6 +290,13 @@ bool Registers(const AppendRequest& request) {
          std::holds_alternative<Registered>(request.records.front());
 }
 
+bool MayHold(const AppendRequest& request, const AppendPlan& plan,
+             const TxnSummary& before) {
+  const TxnState after = plan.summary_set ? plan.summary.state : before.state;
+  return request.durability == Durability::kBuffered && !plan.registers &&
+         plan.consumed.empty() && !IsFinal(before.state) && !IsFinal(after);
+}
+
 absl::StatusOr<AppendPlan> PlanAppend(const AppendRequest& request,
                                       const TxnSummary* current,
                                       const ApprovalLookup& lookup) {

@@ -31,6 +31,16 @@ struct AppendPlan {
 // Whether `request` registers its gid (its first record is Registered).
 [[nodiscard]] bool Registers(const AppendRequest& request);
 
+// Whether a log that writes buffered appends late (the etcd log, DESIGN.md
+// section 14, "Group commit": they ride in the gid's next group) may hold
+// `request`, planned as `plan` against `before` (the gid's summary), in
+// memory and answer it at once: a buffered append that neither registers
+// its gid, consumes an approval, nor finishes the transaction. Holding it
+// keeps log.h's prefix per gid (it is written with or before the gid's next
+// append), not across gids.
+[[nodiscard]] bool MayHold(const AppendRequest& request, const AppendPlan& plan,
+                           const TxnSummary& before);
+
 // Looks up an approval as it stands now (including approvals consumed earlier
 // in the same write); NOT_FOUND when there is none.
 using ApprovalLookup =

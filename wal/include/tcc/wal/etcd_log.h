@@ -37,8 +37,31 @@
 // compares, success ops and failure ops) and options.max_request_bytes; an
 // append that cannot fit alone is INVALID_ARGUMENT. A Txn etcd refuses
 // whole for its size is sent again split, in order. Appends complete once
-// etcd answered their Txn, buffered ones too (they ride in the same Txns:
-// a buffered append that is lost is lost with every append after it).
+// etcd answered their Txn, but for the held ones below.
+//
+// Held buffered appends (DESIGN.md section 14, "Group commit": buffered
+// appends ride in the next group and may be lost with the node): a buffered
+// append that neither registers, consumes an approval, nor finishes its
+// transaction (internal::MayHold), of a gid whose view is current, of an
+// owned shard, with nothing of the gid queued or in a group, is checked
+// against the rules at once, answered OK, and held in memory. The gid's
+// next append (durable, finishing, or any the log does not hold) is queued
+// behind them, so they ride in its group, in order; a Txn never carries an
+// append without the held ones before it. What is held longer than
+// options.hold_buffered_ms (without a next append: a slow participant) is
+// queued by the committer, which looks every hold_buffered_ms when idle (so
+// a held append waits at most twice that). Read and ScanUnfinished on this
+// node show them (after what etcd has, unless another writer changed the
+// gid); List and other nodes see them once written. So log.h's prefix holds per
+// gid, not across gids: a crash loses a gid's held appends while a later append
+// of another gid survives (recovery is per gid: DESIGN.md section 8 asks every
+// branch again). A change of a shard's ownership (taken again, lost, released,
+// a new lease) forgets what is held for it; a graceful close (the destructor)
+// writes it first, waiting at most options.txn_timeout_ms. At most 64 are held
+// per gid (a further one is queued behind them) and options.max_queued in all.
+// Per transaction this puts its head to etcd 2-3 times instead of once per
+// append, and the records of its second phase go to the archive only (the
+// finishing group deletes them anyway).
 //
 // A gid whose compare was refused (someone else wrote it: its view is
 // stale) answers its appends ABORTED, and every later append of it too
@@ -106,6 +129,10 @@ struct EtcdLogOptions {
   size_t max_request_bytes = 4 << 20;
   size_t max_queued = 100000;  // beyond it Append is RESOURCE_EXHAUSTED
   int64_t txn_timeout_ms = 5000;
+  // How long a buffered append may be held for its gid's next group (see
+  // "Held buffered appends" above); 0: none is held, every append waits for
+  // its own Txn.
+  int64_t hold_buffered_ms = 500;
   // Between sends of a Txn whose outcome is unknown (doubling up to 1 s).
   int64_t resend_backoff_ms = 50;
   // TakeOwnerEpoch on a shard another node owns waits this long for its
@@ -187,6 +214,9 @@ class EtcdLog final : public Log {
   // committed, and the mean per committed Txn: the group commit's figures.
   uint64_t txns_sent() const;
   uint64_t appends_committed() const;
+  // Buffered appends answered at once and held for a later group (each is
+  // counted in appends_committed() too, once written).
+  uint64_t appends_held() const;
   double MeanAppendsPerTxn() const;
   // Group Txns etcd refused as too large (over its --max-txn-ops or
   // --max-request-bytes), each sent again smaller: 0 while the log's

@@ -8,9 +8,11 @@
 //   (and every append accepted before it) survive a crash of the process or
 //   the machine. Durable appends from many callers are group committed: one
 //   write and one sync serve every append waiting at that moment.
-// - An append with Durability::kBuffered completes OK once it is written; it
-//   may be lost in a crash, but only whole and only together with every append
-//   after it (the log keeps a prefix).
+// - An append with Durability::kBuffered completes OK once it is written
+//   (the etcd log: held in memory for its gid's next write, etcd_log.h); it
+//   may be lost in a crash, but only whole and only together with every
+//   later append of its gid (the log keeps a prefix of each gid's appends;
+//   the local logs keep one across gids too, the etcd log does not).
 // - Appends of one gid are applied in the order Append was called. The caller
 //   (the single owner of the gid, DESIGN.md section 8) issues them.
 // - Write-once decisions: an append that would record a second, different
