@@ -44,7 +44,8 @@ TEST_CASE("cluster: short seeds keep every invariant", "[sim][cluster]") {
         "store_leader_change", "store_partition", "call_answer_lost",
         "txn_applied_after_timeout", "txn_kept_while_down", "stale_read",
         "lease_lost", "shard_lost", "shard_taken_over",
-        "call_withheld_untrusted", "blind_create", "blind_create_refused"}) {
+        "call_withheld_untrusted", "blind_create", "blind_create_refused",
+        "append_held"}) {
     INFO(name);
     CHECK(counts[name] > 0);
   }
@@ -67,7 +68,11 @@ TEST_CASE("cluster: a seed replays exactly", "[sim][cluster]") {
 }
 
 // Teeth: each rule breaker of issue 23 is caught, by the check named,
-// within a small seed budget.
+// within a small seed budget (1,000 seeds, 40 s in all). A seed that a
+// breaker fails by another check first (an unknown Txn outcome taken as
+// refused can also leave its transaction halted forever: termination) is
+// reported and passed over: the named check must still fire within the
+// budget.
 void ExpectCaught(const std::string& breaker, const std::string& check) {
   SimOptions options;
   options.cluster = true;
@@ -76,17 +81,34 @@ void ExpectCaught(const std::string& breaker, const std::string& check) {
   SearchBudget budget;
   budget.seeds = 1000;
   budget.max_seconds = 40;
-  const SearchSummary s = Search(options, budget);
-  REQUIRE(s.failure.has_value());
-  INFO(DescribeFailure(*s.failure, options));
-  bool named = false;
-  for (const std::string& v : s.failure->violations) {
-    named = named || v.find(check) != std::string::npos;
+  uint64_t seeds = 0;
+  double seconds = 0;
+  std::string others;
+  while (true) {
+    const SearchSummary s = Search(options, budget);
+    seeds += s.seeds;
+    seconds += s.seconds;
+    INFO("failed by other checks first: " << others);
+    REQUIRE(s.failure.has_value());
+    INFO(DescribeFailure(*s.failure, options));
+    bool named = false;
+    for (const std::string& v : s.failure->violations) {
+      named = named || v.find(check) != std::string::npos;
+    }
+    if (named) {
+      WARN(breaker << " caught at seed " << s.failure->seed << " after "
+                   << seeds << " seeds, " << seconds
+                   << " s: " << s.failure->violations.front());
+      return;
+    }
+    others += " seed " + std::to_string(s.failure->seed) + ": " +
+              s.failure->violations.front() + ";";
+    budget.first_seed = s.failure->seed + 1;
+    REQUIRE(seeds < 1000);
+    REQUIRE(seconds < 40);
+    budget.seeds = 1000 - seeds;
+    budget.max_seconds = 40 - seconds;
   }
-  CHECK(named);
-  WARN(breaker << " caught at seed " << s.failure->seed << " after " << s.seeds
-               << " seeds, " << s.seconds
-               << " s: " << s.failure->violations.front());
 }
 
 TEST_CASE("cluster teeth: a write without the fence", "[sim][cluster]") {

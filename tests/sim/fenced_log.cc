@@ -93,10 +93,22 @@ absl::StatusOr<wal::TxnLog> FencedLog::Read(std::string_view gid_view) {
   if (!kvs.ok()) return absl::UnavailableError(kvs.status().ToString());
   last_answer_ms_ = options_.clock->MonotonicMs();
   stale_.erase(gid);
+  auto before = views_.find(gid);
+  const int64_t known =
+      before == views_.end() ? -1 : before->second.mod_revision;
   Learn(gid, First(*kvs));
   const View& v = views_[gid];
   if (!v.txn) return absl::NotFoundError(absl::StrCat("no gid ", gid));
-  return *v.txn;
+  wal::TxnLog out = *v.txn;
+  // What this log holds follows, unless another writer wrote the gid.
+  if (auto h = held_.find(gid); h != held_.end() && v.mod_revision == known) {
+    for (const Waiting& w : h->second.appends) {
+      out.records.insert(out.records.end(), w.request.records.begin(),
+                         w.request.records.end());
+    }
+    out.summary = h->second.summary;
+  }
+  return out;
 }
 
 absl::StatusOr<wal::TxnLog> FencedLog::ReadForCreate(std::string_view gid,
@@ -234,6 +246,7 @@ absl::StatusOr<uint64_t> FencedLog::Campaign(uint32_t shard) {
 }
 
 absl::Status FencedLog::ReleaseShard(uint32_t shard) {
+  DropHeld(shard);
   int64_t given_up = 0;
   if (auto it = epochs_.find(shard); it != epochs_.end()) {
     given_up = static_cast<int64_t>(it->second);
@@ -267,6 +280,7 @@ absl::Status FencedLog::ReleaseShard(uint32_t shard) {
 }
 
 void FencedLog::LoseShard(uint32_t shard, const absl::Status& why) {
+  DropHeld(shard);
   if (epochs_.erase(shard) == 0) return;
   if (lost_) lost_(shard, why);
 }
@@ -288,8 +302,71 @@ void FencedLog::Append(wal::AppendRequest request, wal::AppendDone done) {
   w.done = std::move(done);
   w.id = options_.next_append_id();
   w.epoch = epoch(ShardOf(w.request.gid));
+  if (Hold(w)) return;
+  ReleaseHeld(w.request.gid);
+  ++unsent_[w.request.gid];
   queue_.push_back(std::move(w));
   ScheduleFlush();
+}
+
+bool FencedLog::Hold(Waiting& w) {
+  const std::string& gid = w.request.gid;
+  if (options_.hold_buffered_ms <= 0 ||
+      w.request.durability != wal::Durability::kBuffered || w.epoch == 0 ||
+      unsent_.count(gid) != 0 || stale_.count(gid) != 0) {
+    return false;
+  }
+  auto v = views_.find(gid);
+  if (v == views_.end() || !v->second.txn) return false;
+  auto h = held_.find(gid);
+  const wal::TxnSummary& before =
+      h != held_.end() ? h->second.summary : v->second.txn->summary;
+  const wal::internal::ApprovalLookup no_approvals =
+      [](const std::string& id) -> absl::StatusOr<wal::Approval> {
+    return absl::NotFoundError(absl::StrCat("no approval ", id));
+  };
+  absl::StatusOr<wal::internal::AppendPlan> plan =
+      wal::internal::PlanAppend(w.request, &before, no_approvals);
+  if (!plan.ok() || !wal::internal::MayHold(w.request, *plan, before)) {
+    return false;
+  }
+  if (h == held_.end()) {
+    h = held_.emplace(gid, Held{}).first;
+    h->second.since_ms = options_.clock->MonotonicMs();
+    h->second.summary = before;
+    const int64_t since = h->second.since_ms;
+    std::weak_ptr<bool> alive = alive_;
+    options_.clock->Schedule(
+        options_.hold_buffered_ms, [this, alive, gid, since] {
+          if (auto a = alive.lock(); !a || !*a) return;
+          auto it = held_.find(gid);
+          if (it == held_.end() || it->second.since_ms != since) return;
+          ReleaseHeld(gid);
+          ScheduleFlush();
+        });
+  }
+  if (plan->summary_set) h->second.summary = std::move(plan->summary);
+  ++appends_held_;
+  wal::AppendDone done = std::move(w.done);
+  w.done = [](absl::Status) {};
+  w.held = true;
+  h->second.appends.push_back(std::move(w));
+  done(absl::OkStatus());
+  return true;
+}
+
+void FencedLog::ReleaseHeld(const std::string& gid) {
+  auto h = held_.find(gid);
+  if (h == held_.end()) return;
+  unsent_[gid] += h->second.appends.size();
+  for (Waiting& w : h->second.appends) queue_.push_back(std::move(w));
+  held_.erase(h);
+}
+
+void FencedLog::DropHeld(uint32_t shard) {
+  for (auto h = held_.begin(); h != held_.end();) {
+    h = ShardOf(h->first) == shard ? held_.erase(h) : std::next(h);
+  }
 }
 
 void FencedLog::ScheduleFlush() {
@@ -304,6 +381,18 @@ void FencedLog::ScheduleFlush() {
 void FencedLog::Complete(std::vector<Waiting> appends,
                          const absl::Status& status) {
   for (Waiting& w : appends) {
+    if (auto u = unsent_.find(w.request.gid);
+        u != unsent_.end() && --u->second == 0) {
+      unsent_.erase(u);
+    }
+    if (w.held) {
+      // Answered OK when it was held; the oracle still hears what the log
+      // concluded of its write (one taken as refused must not be stored).
+      if (options_.on_answered) {
+        options_.on_answered(w.request.gid, w.id, status);
+      }
+      continue;
+    }
     ++appends_done_;
     if (blind_gids_.erase(w.request.gid) != 0 &&
         (absl::IsAlreadyExists(status) || absl::IsAborted(status))) {

@@ -17,7 +17,12 @@
 //     answer shows, gid by gid, whether this append committed (the head
 //     holds its epoch and append id) or not; nothing else is sent meanwhile;
 //   - reads show only what the store committed; the recovery scan reads the
-//     shard pinned at the epoch's revision, Read is linearizable.
+//     shard pinned at the epoch's revision, Read is linearizable;
+//   - buffered appends are held as EtcdLog holds them (etcd_log.h, "Held
+//     buffered appends"; wal::internal::MayHold): answered at once, queued
+//     ahead of the gid's next append or after hold_buffered_ms, forgotten
+//     when the shard's ownership changes, lost with the node in a crash
+//     (the prefix is per gid).
 // Simplifications (documented, not etcd's): one key per gid (the head holds
 // the whole transaction; its mod_revision is the compare-and-set), no
 // approvals (PutApproval is UNIMPLEMENTED), no retention or archive (finished
@@ -81,10 +86,12 @@ struct FencedLogOptions {
   uint32_t shards = 1;
   int64_t txn_timeout_ms = 1000;
   int64_t resend_backoff_ms = 50;
+  int64_t hold_buffered_ms = 0;  // 0: nothing is held
   // Unique across the simulation (every node and incarnation).
   std::function<uint64_t()> next_append_id;
   FencedLogBreakers breakers;
-  // Hears every append answered, with its id (the simulation's oracle).
+  // Hears every append answered, with its id (the simulation's oracle); a
+  // held one when its write ended (it was answered OK when held).
   std::function<void(const std::string& gid, uint64_t id, const absl::Status&)>
       on_answered;
 };
@@ -129,6 +136,8 @@ class FencedLog final : public wal::Log {
   // the driver handles the request again with a real read).
   uint64_t blind_reads() const { return blind_reads_; }
   uint64_t blind_refused() const { return blind_refused_; }
+  // Buffered appends answered at once and held (written later, or lost).
+  uint64_t appends_held() const { return appends_held_; }
   // Appends waiting or in flight.
   size_t pending() const { return queue_.size() + (in_flight_ ? 1 : 0); }
 
@@ -140,6 +149,13 @@ class FencedLog final : public wal::Log {
     // The shard's epoch when it was appended (0: not owned): an append
     // made under one ownership is never written under a later one.
     uint64_t epoch = 0;
+    bool held = false;  // answered when held: its outcome is nobody's
+  };
+  // A gid's held buffered appends, answered already, in order.
+  struct Held {
+    int64_t since_ms = 0;
+    std::vector<Waiting> appends;
+    wal::TxnSummary summary;  // after them
   };
   // What this log last read or wrote of a gid.
   struct View {
@@ -167,6 +183,11 @@ class FencedLog final : public wal::Log {
     int64_t backoff_ms = 0;
   };
 
+  // Holds a buffered append if EtcdLog would (see the header comment).
+  bool Hold(Waiting& w);
+  // Queues `gid`'s held appends ahead of anything queued for it after.
+  void ReleaseHeld(const std::string& gid);
+  void DropHeld(uint32_t shard);
   void ScheduleFlush();
   void Flush();
   void OnAnswer(uint64_t generation, absl::StatusOr<TxnResult> answer);
@@ -194,12 +215,15 @@ class FencedLog final : public wal::Log {
   uint64_t blind_refused_ = 0;
   std::set<std::string> blind_gids_;  // blind, first append not answered
   std::deque<Waiting> queue_;
+  std::map<std::string, Held> held_;
+  std::map<std::string, size_t> unsent_;  // queued or in flight, per gid
   std::optional<Group> in_flight_;
   uint64_t generation_ = 0;  // of the group in flight
   bool flush_scheduled_ = false;
   std::shared_ptr<bool> alive_;
   uint64_t txns_sent_ = 0;
   uint64_t appends_done_ = 0;
+  uint64_t appends_held_ = 0;
 };
 
 }  // namespace tcc::sim
