@@ -381,7 +381,15 @@ TEST_CASE("cluster: off by default; when on, every key is checked by name") {
     REQUIRE(c.ok());
     CHECK(c->cluster.etcd.endpoints.size() == 2);
     CHECK(c->cluster.key_prefix == "/tccd/");
+    CHECK(c->cluster.hold_buffered_ms == 500);
   }
+  {
+    auto c = ParseConfig(base + "  hold_buffered_ms: 0\n", "ok.yaml");
+    REQUIRE(c.ok());
+    CHECK(c->cluster.hold_buffered_ms == 0);
+  }
+  CHECK_THAT(ErrorOf(base + "  hold_buffered_ms: 60001\n"),
+             Catch::Contains("cluster.hold_buffered_ms: must be between"));
   CHECK_THAT(ErrorOf("cluster:\n  enabled: true\n"),
              Catch::Contains("cluster.node_id"));
   CHECK_THAT(ErrorOf("cluster:\n  enabled: true\n  node_id: n1\n"),

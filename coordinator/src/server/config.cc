@@ -473,6 +473,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
     r.Integer("takeover_margin_ms", &cl.takeover_margin_ms, 0, kHour);
     r.Integer("dedup_window_ms", &cl.dedup_window_ms, 60 * 1000, 30 * kDay);
     r.Integer("min_dedup_window_ms", &cl.min_dedup_window_ms, 0, 30 * kDay);
+    r.Integer("hold_buffered_ms", &cl.hold_buffered_ms, 0, 60 * 1000);
     {
       MapReader e(r.Child("etcd"), r.Key("etcd"), &error);
       e.StringList("endpoints", &cl.etcd.endpoints);

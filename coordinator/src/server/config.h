@@ -208,6 +208,10 @@ struct ClusterConfig {
   int64_t takeover_margin_ms = 2000;
   int64_t dedup_window_ms = 3600 * 1000;  // compact entries in etcd
   int64_t min_dedup_window_ms = 10 * 60 * 1000;
+  // A buffered append (a call sent, its answer) is held at most this long
+  // for its transaction's next etcd write (wal::EtcdLogOptions); 0: each is
+  // written on its own.
+  int64_t hold_buffered_ms = 500;
 };
 
 struct LogConfig {

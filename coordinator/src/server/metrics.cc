@@ -144,6 +144,13 @@ CoordinatorMetrics::CoordinatorMetrics(
                         .Help("Cluster mode: appends (durable and buffered) "
                               "the group commit's etcd Txns committed")
                         .Register(*registry_)),
+      etcd_appends_held_(
+          BuildCounter()
+              .Name("tccd_etcd_appends_held_total")
+              .Help("Cluster mode: buffered appends answered at once and held "
+                    "for their transaction's next group (each counted in "
+                    "tccd_etcd_appends_total too, once written)")
+              .Register(*registry_)),
       etcd_client_txns_(
           BuildCounter()
               .Name("tccd_etcd_client_txns_total")
@@ -282,7 +289,8 @@ void CoordinatorMetrics::SetWalTotals(uint64_t syncs, uint64_t synced_appends) {
 }
 
 void CoordinatorMetrics::SetEtcdTotals(uint64_t group_txns, uint64_t appends,
-                                       uint64_t client_txns) {
+                                       uint64_t client_txns,
+                                       uint64_t appends_held) {
   std::lock_guard<std::mutex> lock(etcd_mu_);
   auto grow = [](prometheus::Family<prometheus::Counter>& family,
                  uint64_t& seen, uint64_t total) {
@@ -293,6 +301,7 @@ void CoordinatorMetrics::SetEtcdTotals(uint64_t group_txns, uint64_t appends,
   grow(etcd_txns_, etcd_txns_seen_, group_txns);
   grow(etcd_appends_, etcd_appends_seen_, appends);
   grow(etcd_client_txns_, etcd_client_txns_seen_, client_txns);
+  grow(etcd_appends_held_, etcd_appends_held_seen_, appends_held);
 }
 
 void CoordinatorMetrics::SetParticipantRpcTotals(int64_t single,

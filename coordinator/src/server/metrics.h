@@ -87,10 +87,11 @@ class CoordinatorMetrics {
   // Cluster mode: the etcd log's group commit since start, sampled: the
   // etcd Txns it sent for appends (resends included) and the appends they
   // committed (their ratio over an interval is the mean group size), and
-  // every Txn the node's etcd client sent (reads in Txns too). Exported as
-  // counters; the series exist once the first sample came.
+  // every Txn the node's etcd client sent (reads in Txns too), and the
+  // buffered appends it held for a later group. Exported as counters; the
+  // series exist once the first sample came.
   void SetEtcdTotals(uint64_t group_txns, uint64_t appends,
-                     uint64_t client_txns);
+                     uint64_t client_txns, uint64_t appends_held);
   // Sampled from the participant transport: gRPC calls sent alone and as
   // Batch calls, the calls those batches carried, and participants found
   // without Batch, since start.
@@ -139,6 +140,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& wal_synced_appends_;
   prometheus::Family<prometheus::Counter>& etcd_txns_;
   prometheus::Family<prometheus::Counter>& etcd_appends_;
+  prometheus::Family<prometheus::Counter>& etcd_appends_held_;
   prometheus::Family<prometheus::Counter>& etcd_client_txns_;
   prometheus::Family<prometheus::Gauge>& participant_rpcs_;
   prometheus::Family<prometheus::Gauge>& recovery_;
@@ -153,7 +155,7 @@ class CoordinatorMetrics {
   // The etcd totals last sampled (the counters grow by the difference).
   std::mutex etcd_mu_;
   uint64_t etcd_txns_seen_ = 0, etcd_appends_seen_ = 0,
-           etcd_client_txns_seen_ = 0;
+           etcd_client_txns_seen_ = 0, etcd_appends_held_seen_ = 0;
   SeriesCache<prometheus::Counter> txns_cache_, branch_calls_cache_,
       retries_cache_, unknown_cache_, unknown_resolved_cache_, lookups_cache_,
       shard_changes_cache_, forwarded_cache_;

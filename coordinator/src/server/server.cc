@@ -559,9 +559,9 @@ void Server::Impl::WalStats() {
   const wal::LogStats stats = log_->Stats();
   metrics_->SetWalTotals(stats.syncs, stats.synced_appends);
   if (etcd_log_ != nullptr) {
-    metrics_->SetEtcdTotals(etcd_log_->txns_sent(),
-                            etcd_log_->appends_committed(),
-                            etcd_client_->txns_sent());
+    metrics_->SetEtcdTotals(
+        etcd_log_->txns_sent(), etcd_log_->appends_committed(),
+        etcd_client_->txns_sent(), etcd_log_->appends_held());
   }
   const rpc::GrpcTransport::Stats calls = transport_->stats();
   metrics_->SetParticipantRpcTotals(calls.single_calls, calls.batches,
@@ -714,6 +714,7 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config) {
   lo.retention.compact_entry_ms = cl.dedup_window_ms;
   lo.retention.max_bytes = config.retention.max_bytes;
   lo.min_dedup_window_ms = cl.min_dedup_window_ms;
+  lo.hold_buffered_ms = cl.hold_buffered_ms;
   lo.max_txn_ops = cl.etcd.max_txn_ops;
   lo.max_request_bytes = cl.etcd.max_request_bytes;
   // The shard manager campaigns again on its next round: a campaign for a
