@@ -6,10 +6,14 @@
 #include "etcd/group_txn.h"
 
 #include <catch2/catch.hpp>
+#include <functional>
+#include <map>
 #include <random>
 #include <set>
 
+#include "etcd/etcd_codec.h"
 #include "log_test_util.h"
+#include "record_codec.h"
 
 namespace tcc::wal::internal {
 namespace {
@@ -168,6 +172,54 @@ TEST_CASE("Remove given the gid of the write it removes") {
             .success(0)
             .request_txn()
             .success_size() == 2);
+}
+
+TEST_CASE("a gid's records go under one key, and read back in order") {
+  const etcd_keys::Layout keys("/p/");
+  const std::vector<uint64_t> epochs(2, 9);
+  GroupTxn group(keys, GroupLimits{1024, 4 << 20});
+  GidWrite three = Write(1, "b", false, 3);
+  std::get<PhaseUpdate>(three.records[1]).attempts = 7;
+  const std::vector<Record> written = three.records;
+  group.Put(std::move(three));
+  group.Put(Write(0, "a", true, 1));
+  const pb::TxnRequest txn = group.Build(Fences{&epochs, 7, "/p/quota/n1"});
+  std::map<std::string, std::string> puts;
+  std::function<void(const pb::TxnRequest&)> collect =
+      [&](const pb::TxnRequest& t) {
+        for (const pb::RequestOp& op : t.success()) {
+          if (op.has_request_put()) {
+            puts[op.request_put().key()] = op.request_put().value();
+          }
+          if (op.has_request_txn()) collect(op.request_txn());
+        }
+      };
+  collect(txn);
+  // b's three records (numbers 3-5) under rec/.../b/<3>, nothing at 4 or 5.
+  REQUIRE(puts.count(keys.Record(1, "b", 3)) == 1);
+  CHECK(puts.count(keys.Record(1, "b", 4)) == 0);
+  std::vector<Record> read;
+  REQUIRE(DecodeRecordsTo(puts[keys.Record(1, "b", 3)], "k", read).ok());
+  REQUIRE(read.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(EncodeRecord(read[i]) == EncodeRecord(written[i]));
+  }
+  // A lone record is stored as one record, as the previous version stored
+  // every record: each version's keys read back.
+  CHECK(puts[keys.Record(0, "a", 0)] == EncodeRecord(MakeRegistered("a", 100)));
+  read.clear();
+  REQUIRE(DecodeRecordsTo(EncodeRecord(written[1]), "k", read).ok());
+  REQUIRE(read.size() == 1);
+  CHECK(EncodeRecord(read[0]) == EncodeRecord(written[1]));
+  // Anything cut short or trailing is DATA_LOSS naming the key.
+  const std::string batch = EncodeRecords(written);
+  for (const std::string& bad : {batch.substr(0, batch.size() - 1), batch + "x",
+                                 batch.substr(0, 3), std::string(1, '\xB0')}) {
+    read.clear();
+    const absl::Status s = DecodeRecordsTo(bad, "/p/rec/0001/b/x", read);
+    CHECK(absl::IsDataLoss(s));
+    CHECK_THAT(std::string(s.message()), Catch::Contains("/p/rec/0001/b/x"));
+  }
 }
 
 }  // namespace

@@ -354,6 +354,18 @@ bool GetU64(std::string_view& in, uint64_t& v) {
   return true;
 }
 
+void PutU32(std::string& out, uint32_t v) {
+  for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+
+bool GetU32(std::string_view& in, uint32_t& v) {
+  if (in.size() < 4) return false;
+  v = 0;
+  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(in[i]);
+  in.remove_prefix(4);
+  return true;
+}
+
 void EncodeRecordTo(const Record& record, std::string& out) {
   Writer w(out);
   w.U8(kFormatVersion);

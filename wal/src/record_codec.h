@@ -94,5 +94,7 @@ std::string EncodeApproval(const Approval& approval);
 // Fixed-width big-endian integers (also used in keys, where they sort).
 void PutU64(std::string& out, uint64_t v);
 [[nodiscard]] bool GetU64(std::string_view& in, uint64_t& v);
+void PutU32(std::string& out, uint32_t v);
+[[nodiscard]] bool GetU32(std::string_view& in, uint32_t& v);
 
 }  // namespace tcc::wal::internal

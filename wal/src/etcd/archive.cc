@@ -14,18 +14,6 @@ namespace {
 std::string Key(std::string_view gid) { return "t/" + std::string(gid); }
 constexpr char kMaxRevision[] = "m/max_revision";
 
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 3; i >= 0; --i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-
-bool GetU32(std::string_view& in, uint32_t& v) {
-  if (in.size() < 4) return false;
-  v = 0;
-  for (int i = 0; i < 4; ++i) v = (v << 8) | static_cast<uint8_t>(in[i]);
-  in.remove_prefix(4);
-  return true;
-}
-
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
   return absl::UnavailableError(

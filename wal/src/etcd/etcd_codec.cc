@@ -13,6 +13,9 @@ namespace {
 
 constexpr uint8_t kHeadVersion = 1;
 constexpr uint8_t kCompactVersion = 1;
+// Not a record format version (record_codec.h's are small numbers).
+constexpr uint8_t kRecordBatch = 0xB0;
+static_assert(kFormatVersion < kRecordBatch);
 
 absl::Status Corrupt(std::string_view key, std::string_view what) {
   return absl::DataLossError(absl::StrCat(
@@ -44,6 +47,47 @@ absl::StatusOr<HeadValue> DecodeHead(std::string_view in,
   head.summary = std::move(s->summary);
   head.record_count = s->record_count;
   return head;
+}
+
+std::string EncodeRecords(const std::vector<Record>& records) {
+  if (records.size() == 1) return EncodeRecord(records[0]);
+  std::string out(1, static_cast<char>(kRecordBatch));
+  PutU32(out, static_cast<uint32_t>(records.size()));
+  std::string one;
+  for (const Record& r : records) {
+    one.clear();
+    EncodeRecordTo(r, one);
+    PutU32(out, static_cast<uint32_t>(one.size()));
+    out += one;
+  }
+  return out;
+}
+
+absl::Status DecodeRecordsTo(std::string_view in, std::string_view key,
+                             std::vector<Record>& out) {
+  if (in.empty() || static_cast<uint8_t>(in[0]) != kRecordBatch) {
+    absl::StatusOr<Record> r = DecodeRecord(in);
+    if (!r.ok()) return Corrupt(key, std::string(r.status().message()));
+    out.push_back(*std::move(r));
+    return absl::OkStatus();
+  }
+  in.remove_prefix(1);
+  uint32_t count = 0;
+  if (!GetU32(in, count) || count == 0) {
+    return Corrupt(key, "is a record batch cut short");
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t size = 0;
+    if (!GetU32(in, size) || in.size() < size) {
+      return Corrupt(key, "is a record batch cut short");
+    }
+    absl::StatusOr<Record> r = DecodeRecord(in.substr(0, size));
+    if (!r.ok()) return Corrupt(key, std::string(r.status().message()));
+    out.push_back(*std::move(r));
+    in.remove_prefix(size);
+  }
+  if (!in.empty()) return Corrupt(key, "has bytes after its record batch");
+  return absl::OkStatus();
 }
 
 std::string EncodeCompact(const CompactEntry& entry) {

@@ -6,6 +6,10 @@
 //   head     = u8 version (1), u64 owner_epoch, u64 append_id, summary
 //              (record_codec.h; its record_count is the gid's number of
 //              records, which numbers the next one)
+//   records  = one record (record_codec.h: it starts with the record format
+//              version, 1 or 2), or a batch of them: u8 0xB0, u32 count,
+//              then per record u32 size and the record (what one group
+//              wrote for one gid, under one key)
 //   compact  = u8 version (1), string archive_node, summary
 //   horizon  = 16 lower-case hex digits of the i64 with its top bit flipped
 //              (so that etcd's byte-wise VALUE compare orders them)
@@ -16,6 +20,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "record_codec.h"
@@ -35,6 +40,15 @@ struct HeadValue {
 std::string EncodeHead(const HeadValue& head);
 [[nodiscard]] absl::StatusOr<HeadValue> DecodeHead(std::string_view bytes,
                                                    std::string_view key);
+
+// The value of a record key: `records` (at least one) as one record or a
+// batch.
+std::string EncodeRecords(const std::vector<Record>& records);
+// Appends the records a record key's value holds to `out` (one, or a
+// batch); DATA_LOSS naming the key if it does not decode.
+[[nodiscard]] absl::Status DecodeRecordsTo(std::string_view bytes,
+                                           std::string_view key,
+                                           std::vector<Record>& out);
 
 struct CompactEntry {
   std::string archive_node;

@@ -22,7 +22,9 @@
 //                              summary, record count, the epoch and append
 //                              id of its last append); every append
 //                              compares its mod_revision
-//   P rec/<k>/<gid>/<seq>      record number seq (16 hex digits) of the gid
+//   P rec/<k>/<gid>/<seq>      the gid's records from number seq (16 hex
+//                              digits) on, as one group wrote them (one
+//                              record or a batch: etcd_codec.h)
 //   P done/<k>/<gid>           a finished transaction's compact entry
 //                              (summary, finished_at, the node whose
 //                              archive holds its full record), for the

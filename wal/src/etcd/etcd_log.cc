@@ -504,12 +504,11 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadEtcd(std::string_view gid_view,
         internal::DecodeHead(head->value(), head->key());
     if (!h.ok()) return h.status();
     for (const mvccpb::KeyValue& kv : r->responses(1).response_range().kvs()) {
-      absl::StatusOr<Record> record = internal::DecodeRecord(kv.value());
-      if (!record.ok()) {
-        return absl::DataLossError(absl::StrCat("etcd log: ", kv.key(), ": ",
-                                                record.status().message()));
+      if (absl::Status s =
+              internal::DecodeRecordsTo(kv.value(), kv.key(), out.records);
+          !s.ok()) {
+        return s;
       }
-      out.records.push_back(*std::move(record));
     }
     if (out.records.size() != h->record_count) {
       return absl::DataLossError(
@@ -729,14 +728,8 @@ absl::Status EtcdLog::Impl::ScanUnfinished(
                    }
                    auto t = txns.find(std::string(key.substr(0, slash)));
                    if (t == txns.end()) return absl::OkStatus();
-                   absl::StatusOr<Record> r =
-                       internal::DecodeRecord(kv.value());
-                   if (!r.ok()) {
-                     return absl::DataLossError(absl::StrCat(
-                         "etcd log: ", kv.key(), ": ", r.status().message()));
-                   }
-                   t->second.records.push_back(*std::move(r));
-                   return absl::OkStatus();
+                   return internal::DecodeRecordsTo(kv.value(), kv.key(),
+                                                    t->second.records);
                  });
     if (etcd::IsCompacted(s)) continue;
     if (!s.ok()) return s;
@@ -1406,9 +1399,9 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
         absl::Status bad;
         for (const mvccpb::KeyValue& kv :
              r->responses(static_cast<int>(i - from)).response_range().kvs()) {
-          absl::StatusOr<Record> rec = internal::DecodeRecord(kv.value());
-          if (!rec.ok()) bad = rec.status();
-          if (rec.ok()) full.records.push_back(*std::move(rec));
+          if (bad.ok()) {
+            bad = internal::DecodeRecordsTo(kv.value(), kv.key(), full.records);
+          }
         }
         if (bad.ok() && full.records.size() == w.first_seq) {
           full.records.insert(full.records.end(), w.records.begin(),

@@ -54,7 +54,7 @@ size_t GroupTxn::GidCost(const GidWrite& w) {
   if (w.finishes) {
     success += w.registers ? 1 : 3;
   } else {
-    success += w.records.size() + 1;
+    success += (w.records.empty() ? 0 : 1) + 1;  // the records' key, head
   }
   const size_t failure = 3 + a;
   return std::max({compares, success, failure});
@@ -67,8 +67,8 @@ size_t GroupTxn::GidBytes(const GidWrite& w) const {
     bytes += w.compact_value.size() + 2 * EncodeSummary(w.summary).size();
   } else {
     bytes += EncodeSummary(w.summary).size() + 24;
-    for (const Record& r : w.records) {
-      bytes += key + kOpOverhead + EncodeRecord(r).size();
+    if (!w.records.empty()) {
+      bytes += key + kOpOverhead + EncodeRecords(w.records).size();
     }
   }
   for (const auto& [a, rev] : w.consumed) {
@@ -230,9 +230,10 @@ void GroupTxn::BuildGid(const GidWrite& w, pb::TxnRequest& t) const {
     }
     AddPut(t, done, w.compact_value);
   } else {
-    for (size_t i = 0; i < w.records.size(); ++i) {
-      AddPut(t, keys_.Record(w.shard, w.gid, w.first_seq + i),
-             EncodeRecord(w.records[i]));
+    // Its records under one key, numbered by the first of them.
+    if (!w.records.empty()) {
+      AddPut(t, keys_.Record(w.shard, w.gid, w.first_seq),
+             EncodeRecords(w.records));
     }
     AddPut(t, head, EncodeHead(HeadOf(w)));
   }

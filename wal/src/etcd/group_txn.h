@@ -13,8 +13,9 @@
 //                        created_at + 1; else mod_revision(head) == the
 //                        view's; and mod_revision(approval) == the one read,
 //                        for each approval it consumes
-//               success  put its new records and its head; a finishing one
-//                        deletes head and records and puts done instead;
+//               success  put its new records (one key) and its head; a
+//                        finishing one deletes head and records and puts
+//                        done instead;
 //                        put each consumed approval
 //               failure  range head, done, horizon, each approval
 //   approval    compare  create_revision(approval) == 0
