@@ -1370,62 +1370,13 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   }
   if (group.empty()) return;
 
-  // 3. Finishing ones: their full record to the archive, with the records
-  // etcd holds.
-  {
-    std::vector<std::string> reading;
-    for (const auto& [gid, w] : group.writes()) {
-      if (w.finishes && !w.registers) reading.push_back(gid);
-    }
-    const size_t per_txn = std::max<size_t>(1, options_.max_txn_ops - 1);
-    for (size_t from = 0; from < reading.size(); from += per_txn) {
-      const size_t to = std::min(reading.size(), from + per_txn);
-      pb::TxnRequest txn;
-      for (size_t i = from; i < to; ++i) {
-        const internal::GidWrite& w = *group.Find(reading[i]);
-        const std::string rec = keys_.RecordPrefix(w.shard, w.gid);
-        AddRange(txn, true, rec, PrefixEnd(rec));
-      }
-      absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn);
-      if (!r.ok()) {
-        // etcd unreachable: everything not yet answered waits.
-        int64_t backoff = options_.resend_backoff_ms * 4;
-        WaitBackoff(backoff);
-        return;
-      }
-      for (size_t i = from; i < to; ++i) {
-        internal::GidWrite& w = *group.Find(reading[i]);
-        TxnLog full;
-        absl::Status bad;
-        for (const mvccpb::KeyValue& kv :
-             r->responses(static_cast<int>(i - from)).response_range().kvs()) {
-          if (bad.ok()) {
-            bad = internal::DecodeRecordsTo(kv.value(), kv.key(), full.records);
-          }
-        }
-        if (bad.ok() && full.records.size() == w.first_seq) {
-          full.records.insert(full.records.end(), w.records.begin(),
-                              w.records.end());
-          full.summary = w.summary;
-          bad = archive_->Put(full);
-        } else if (bad.ok()) {
-          bad = absl::AbortedError(absl::StrCat(
-              "gid ", w.gid, ": etcd holds ", full.records.size(),
-              " records, this node's view ", w.first_seq, "; read it again"));
-          std::lock_guard<std::mutex> lock(mu_);
-          views_[w.gid].stale = true;
-        }
-        if (!bad.ok()) {
-          for (size_t item : w.items) Complete(items[item], bad);
-          group.Remove(w.gid);
-        }
-      }
-    }
-    for (const auto& [gid, w] : group.writes()) {
-      if (w.finishes && w.registers) {
-        absl::Status s = archive_->Put(TxnLog{w.summary, w.records});
-        (void)s;  // the archive may be lost with the node (see the header)
-      }
+  // 3. Finishing ones registered in this group: their full record to the
+  // archive now (etcd has none of it). The others' comes back from the
+  // finishing Txn itself (its delete of their records returns them), below.
+  for (const auto& [gid, w] : group.writes()) {
+    if (w.finishes && w.registers) {
+      absl::Status s = archive_->Put(TxnLog{w.summary, w.records});
+      (void)s;  // the archive may be lost with the node (see the header)
     }
   }
   if (group.empty()) return;
@@ -1518,7 +1469,37 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
 
   // 5. What each part says.
   const int64_t revision = r->header().revision();
-  auto committed = [&](internal::GidWrite& w, int64_t mod_revision) {
+  // `done`: the gid's own success answer (null when an earlier copy of the
+  // Txn committed it): a finishing one's deleted records, for the archive.
+  auto committed = [&](internal::GidWrite& w, int64_t mod_revision,
+                       const pb::TxnResponse* done) {
+    if (w.finishes && !w.registers) {
+      // The full record: what the finishing Txn deleted, then the group's.
+      // Without it (the answer that carried it was lost) the archive keeps
+      // no full record: Read shows the compact entry (etcd_log.h).
+      const pb::ResponseOp* deleted =
+          done == nullptr
+              ? nullptr
+              : &done->responses(static_cast<int>(w.consumed.size()) + 1);
+      TxnLog full;
+      absl::Status s =
+          deleted != nullptr && deleted->has_response_delete_range()
+              ? absl::OkStatus()
+              : absl::NotFoundError("no records");
+      if (s.ok()) {
+        for (const mvccpb::KeyValue& kv :
+             deleted->response_delete_range().prev_kvs()) {
+          if (s.ok())
+            s = internal::DecodeRecordsTo(kv.value(), kv.key(), full.records);
+        }
+      }
+      if (s.ok() && full.records.size() == w.first_seq) {
+        full.records.insert(full.records.end(), w.records.begin(),
+                            w.records.end());
+        full.summary = w.summary;
+        (void)archive_->Put(full);  // may be lost with the node
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (w.finishes) {
@@ -1605,10 +1586,10 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
         const pb::TxnResponse& gt = st.responses(j).response_txn();
         int64_t mod = revision;
         if (gt.succeeded()) {
-          committed(w, revision);
+          committed(w, revision, &gt);
         } else if (attempt > 0 && ours(w, FirstKv(gt.responses(0)),
                                        FirstKv(gt.responses(1)), &mod)) {
-          committed(w, mod);
+          committed(w, mod, nullptr);
         } else {
           refused(w, gt);
         }
@@ -1635,7 +1616,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
         int64_t mod = 0;
         if (got.ok() && ours(w, FirstKv(got->responses(0)),
                              FirstKv(got->responses(1)), &mod)) {
-          committed(w, mod);
+          committed(w, mod, nullptr);
           continue;
         }
         // The new owner may have written the gid since: whether an earlier

@@ -227,6 +227,7 @@ void GroupTxn::BuildGid(const GidWrite& w, pb::TxnRequest& t) const {
       const std::string rec = keys_.RecordPrefix(w.shard, w.gid);
       d->set_key(rec);
       d->set_range_end(PrefixEnd(rec));
+      d->set_prev_kv(true);  // the records, for the node's archive
     }
     AddPut(t, done, w.compact_value);
   } else {

@@ -14,8 +14,9 @@
 //                        view's; and mod_revision(approval) == the one read,
 //                        for each approval it consumes
 //               success  put its new records (one key) and its head; a
-//                        finishing one deletes head and records and puts
-//                        done instead;
+//                        finishing one deletes head and records (their
+//                        values returned, for the archive) and puts done
+//                        instead;
 //                        put each consumed approval
 //               failure  range head, done, horizon, each approval
 //   approval    compare  create_revision(approval) == 0

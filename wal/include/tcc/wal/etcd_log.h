@@ -77,11 +77,14 @@
 // Out of space (etcd's quota alarm): registrations are RESOURCE_EXHAUSTED
 // and the other appends wait, sent again until space is freed.
 //
-// Finishing: an append that finishes a transaction moves its full record
-// (read from etcd with its earlier records) to the local archive (a RocksDB
-// in options.archive_dir, not synced: it may be lost with the node) and, in
-// the same fenced Txn, deletes its head and records and writes its compact
-// entry at done/<k>/<gid>. Read answers a finished gid from the compact
+// Finishing: an append that finishes a transaction deletes its head and
+// records and writes its compact entry at done/<k>/<gid>, in one fenced Txn,
+// and moves its full record to the local archive (a RocksDB in
+// options.archive_dir, not synced: it may be lost with the node): the
+// records etcd held come back in that Txn's own answer (its delete returns
+// them), so no read precedes it. When that answer was lost and the Txn sent
+// again found it committed, the archive keeps no full record of it (Read
+// then shows the compact entry, as for a node's lost archive). Read answers a finished gid from the compact
 // entry and, if this node's archive has it, the full record. Appends to a
 // finished transaction that the rules accept (history only: nothing they
 // carry changes the summary) go to the archive alone.
