@@ -261,10 +261,22 @@ TEST_CASE("a watch delivers every change, across a member's death") {
               ->KillMember(static_cast<int>(c->CurrentTarget().member) + 1)
               .ok());
   for (int i = 5; i < 10; ++i) {
+    // Each put only over the one before it, so that a retry of a put whose
+    // answer was lost (the dead member, or no leader while the survivors
+    // elect one) cannot apply it twice; retried for up to 10 s.
     pb::TxnRequest t;
+    pb::Compare* after = t.add_compare();
+    after->set_key(p + "k");
+    after->set_target(pb::Compare::VALUE);
+    after->set_result(pb::Compare::EQUAL);
+    after->set_value(std::to_string(i - 1));
     Put(t, p + "k", std::to_string(i));
     absl::StatusOr<pb::TxnResponse> r = c->Txn(t);
-    if (!r.ok()) r = c->Txn(t);  // the first may meet the dead member
+    for (int tries = 0; !r.ok() && tries < 50; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      r = c->Txn(t);
+    }
+    INFO(r.status().ToString());
     REQUIRE(r.ok());
   }
   REQUIRE(Eventually([&] { return count() == 10; }, 10000));
