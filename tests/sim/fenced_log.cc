@@ -321,12 +321,8 @@ bool FencedLog::Hold(Waiting& w) {
   auto h = held_.find(gid);
   const wal::TxnSummary& before =
       h != held_.end() ? h->second.summary : v->second.txn->summary;
-  const wal::internal::ApprovalLookup no_approvals =
-      [](const std::string& id) -> absl::StatusOr<wal::Approval> {
-    return absl::NotFoundError(absl::StrCat("no approval ", id));
-  };
-  absl::StatusOr<wal::internal::AppendPlan> plan =
-      wal::internal::PlanAppend(w.request, &before, no_approvals);
+  absl::StatusOr<wal::internal::AppendPlan> plan = wal::internal::PlanAppend(
+      w.request, &before, wal::internal::NoApprovals());
   if (!plan.ok() || !wal::internal::MayHold(w.request, *plan, before)) {
     return false;
   }
@@ -409,10 +405,6 @@ void FencedLog::Flush() {
   std::map<uint32_t, ShardWrite> by_shard;
   std::map<std::string, std::pair<uint32_t, size_t>> where;
   std::vector<std::pair<Waiting, absl::Status>> failed;
-  const wal::internal::ApprovalLookup no_approvals =
-      [](const std::string& id) -> absl::StatusOr<wal::Approval> {
-    return absl::NotFoundError(absl::StrCat("no approval ", id));
-  };
   bool unreadable = false;
   while (!queue_.empty() && !unreadable) {
     Waiting w = std::move(queue_.front());
@@ -461,7 +453,8 @@ void FencedLog::Flush() {
     }
     const bool exists = !gw->after.summary.gid.empty();
     absl::StatusOr<wal::internal::AppendPlan> plan = wal::internal::PlanAppend(
-        w.request, exists ? &gw->after.summary : nullptr, no_approvals);
+        w.request, exists ? &gw->after.summary : nullptr,
+        wal::internal::NoApprovals());
     if (!plan.ok()) {
       failed.emplace_back(std::move(w), plan.status());
       continue;

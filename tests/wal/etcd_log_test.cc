@@ -236,22 +236,29 @@ size_t RecordsInEtcd(EtcdHarness& h, const std::string& gid) {
   return records.size();
 }
 
+// A harness whose log holds buffered appends up to `hold_ms`.
+std::unique_ptr<EtcdHarness> Holding(int64_t hold_ms) {
+  auto h = std::make_unique<EtcdHarness>(RetentionPolicy{});
+  h->log_options().hold_buffered_ms = hold_ms;
+  h->Reopen();
+  return h;
+}
+
+// A buffered phase update of branch b0 (what the driver holds back most).
+absl::Status AppendBuffered(Log& log, const std::string& gid, PhaseState s) {
+  return AppendAndWait(log,
+                       Req(gid, {MakePhase("b0", s)}, Durability::kBuffered));
+}
+
 TEST_CASE("a buffered append is held for its gid's next group, Read shows it") {
-  EtcdHarness h(RetentionPolicy{});
-  h.log_options().hold_buffered_ms = 60000;  // only a next append sends it
-  h.Reopen();
+  std::unique_ptr<EtcdHarness> held = Holding(60000);  // a next append only
+  EtcdHarness& h = *held;
   REQUIRE(Register(h.log(), "g1").ok());
   REQUIRE(Register(h.log(), "g2").ok());
   const uint64_t sent = h.etcd_log().txns_sent();
   // Answered at once, nothing sent: etcd still has the registration only.
-  REQUIRE(
-      AppendAndWait(h.log(), Req("g1", {MakePhase("b0", PhaseState::kUnknown)},
-                                 Durability::kBuffered))
-          .ok());
-  REQUIRE(AppendAndWait(h.log(),
-                        Req("g1", {MakePhase("b0", PhaseState::kSucceeded)},
-                            Durability::kBuffered))
-              .ok());
+  REQUIRE(AppendBuffered(h.log(), "g1", PhaseState::kUnknown).ok());
+  REQUIRE(AppendBuffered(h.log(), "g1", PhaseState::kSucceeded).ok());
   CHECK(h.etcd_log().appends_held() == 2);
   CHECK(h.etcd_log().txns_sent() == sent);
   CHECK(RecordsInEtcd(h, "g1") == 1);
@@ -289,14 +296,10 @@ TEST_CASE("a buffered append is held for its gid's next group, Read shows it") {
 }
 
 TEST_CASE("held appends are written once held long enough, or at close") {
-  EtcdHarness h(RetentionPolicy{});
-  h.log_options().hold_buffered_ms = 300;
-  h.Reopen();
+  std::unique_ptr<EtcdHarness> held = Holding(300);
+  EtcdHarness& h = *held;
   REQUIRE(Register(h.log(), "g1").ok());
-  REQUIRE(
-      AppendAndWait(h.log(), Req("g1", {MakePhase("b0", PhaseState::kUnknown)},
-                                 Durability::kBuffered))
-          .ok());
+  REQUIRE(AppendBuffered(h.log(), "g1", PhaseState::kUnknown).ok());
   CHECK(RecordsInEtcd(h, "g1") == 1);  // held for 300 ms
   bool written = false;
   for (int i = 0; i < 100 && !written; ++i) {
@@ -308,10 +311,7 @@ TEST_CASE("held appends are written once held long enough, or at close") {
   h.log_options().hold_buffered_ms = 60000;
   h.Reopen();
   CHECK(Records(h.log(), "g1") == 2);  // a view: its next append may be held
-  REQUIRE(AppendAndWait(h.log(),
-                        Req("g1", {MakePhase("b0", PhaseState::kSucceeded)},
-                            Durability::kBuffered))
-              .ok());
+  REQUIRE(AppendBuffered(h.log(), "g1", PhaseState::kSucceeded).ok());
   CHECK(RecordsInEtcd(h, "g1") == 2);
   h.Reopen();
   CHECK(RecordsInEtcd(h, "g1") == 3);
@@ -319,14 +319,10 @@ TEST_CASE("held appends are written once held long enough, or at close") {
 }
 
 TEST_CASE("what is held is forgotten when the shard's ownership changes") {
-  EtcdHarness h(RetentionPolicy{});
-  h.log_options().hold_buffered_ms = 60000;
-  h.Reopen();
+  std::unique_ptr<EtcdHarness> held = Holding(60000);
+  EtcdHarness& h = *held;
   REQUIRE(Register(h.log(), "g1").ok());
-  REQUIRE(
-      AppendAndWait(h.log(), Req("g1", {MakePhase("b0", PhaseState::kUnknown)},
-                                 Durability::kBuffered))
-          .ok());
+  REQUIRE(AppendBuffered(h.log(), "g1", PhaseState::kUnknown).ok());
   CHECK(Records(h.log(), "g1") == 2);
   // Taken again (a new epoch: the driver reloads from etcd), the held
   // append is lost, as a buffered append may be; nothing after it was
@@ -342,16 +338,12 @@ TEST_CASE("what is held is forgotten when the shard's ownership changes") {
 }
 
 TEST_CASE("a finishing append takes the held ones to the archive") {
-  EtcdHarness h(RetentionPolicy{});
-  h.log_options().hold_buffered_ms = 60000;
-  h.Reopen();
+  std::unique_ptr<EtcdHarness> held = Holding(60000);
+  EtcdHarness& h = *held;
   REQUIRE(Register(h.log(), "g1").ok());
   REQUIRE(AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kConfirm)}))
               .ok());
-  REQUIRE(
-      AppendAndWait(h.log(), Req("g1", {MakePhase("b0", PhaseState::kUnknown)},
-                                 Durability::kBuffered))
-          .ok());
+  REQUIRE(AppendBuffered(h.log(), "g1", PhaseState::kUnknown).ok());
   const uint64_t before = h.etcd_log().txns_sent();
   REQUIRE(
       AppendAndWait(h.log(), Req("g1", {MakeFinished(TxnState::kConfirmed, 9)},

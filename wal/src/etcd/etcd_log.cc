@@ -928,12 +928,8 @@ bool EtcdLog::Impl::Hold(AppendRequest& request) {
   }
   const TxnSummary& before =
       h != held_.end() ? h->second.summary : v->second.summary;
-  const internal::ApprovalLookup no_approvals = [](const std::string& id) {
-    return absl::StatusOr<Approval>(
-        absl::NotFoundError(absl::StrCat("approval ", id)));
-  };
   absl::StatusOr<internal::AppendPlan> plan =
-      internal::PlanAppend(request, &before, no_approvals);
+      internal::PlanAppend(request, &before, internal::NoApprovals());
   // One the rules refuse is queued: the committer answers it.
   if (!plan.ok() || !internal::MayHold(request, *plan, before)) return false;
   if (h == held_.end()) {

@@ -290,6 +290,14 @@ bool Registers(const AppendRequest& request) {
          std::holds_alternative<Registered>(request.records.front());
 }
 
+const ApprovalLookup& NoApprovals() {
+  static const ApprovalLookup* none =
+      new ApprovalLookup([](const std::string& id) -> absl::StatusOr<Approval> {
+        return absl::NotFoundError(absl::StrCat("approval ", id));
+      });
+  return *none;
+}
+
 bool MayHold(const AppendRequest& request, const AppendPlan& plan,
              const TxnSummary& before) {
   const TxnState after = plan.summary_set ? plan.summary.state : before.state;

@@ -46,6 +46,10 @@ struct AppendPlan {
 using ApprovalLookup =
     std::function<absl::StatusOr<Approval>(const std::string& approval_id)>;
 
+// A lookup that finds no approval (NOT_FOUND): for appends checked where
+// approvals are not at hand (a held append, the simulation's log).
+const ApprovalLookup& NoApprovals();
+
 // Checks `request` against `current` (the gid's summary, or nullptr when the
 // log does not hold the gid) and returns what it changes, or the error the
 // append fails with (log.h, "Append errors"). A compacted transaction takes
