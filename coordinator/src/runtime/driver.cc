@@ -12,6 +12,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/admission.h"
 #include "runtime/memory_budget.h"
@@ -686,7 +687,17 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   void HandleEvent(size_t s, const std::string& gid, bool creates, Event event,
                    RequestId rid, ReplyDone done, bool may_read_blind) {
     if (absl::Status st = Admissible(gid, event); !st.ok()) return done(st);
-    if (absl::Status st = FitsMemory(event); !st.ok()) return done(st);
+    int64_t reserved = 0;
+    if (absl::Status st = FitsMemory(event, &reserved); !st.ok()) {
+      return done(st);
+    }
+    // The room admitted stays reserved until this event's own charges are
+    // in (the owner, the registration on its way to the WAL: both made
+    // before this returns), so admissions on other shards cannot pass on it
+    // meanwhile.
+    absl::Cleanup unreserve = [this, reserved] {
+      budget_->Unreserve(static_cast<uint64_t>(reserved));
+    };
     wal::TxnSummary compact;
     const wal::TxnSummary* summary = nullptr;
     const bool registers = std::holds_alternative<core::SubmitEvent>(event) ||
@@ -775,8 +786,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   // A new transaction, or an interactive Try's branch, must fit the memory
-  // budget (DriverOptions::max_in_flight_bytes).
-  absl::Status FitsMemory(const Event& event) const {
+  // budget (DriverOptions::max_in_flight_bytes); what it needs is reserved
+  // (`*reserved`; the caller unreserves it).
+  absl::Status FitsMemory(const Event& event, int64_t* reserved) {
     std::vector<const wal::BranchSpec*> branches;
     if (const auto* e = std::get_if<core::SubmitEvent>(&event)) {
       for (const auto& b : e->spec.branches) branches.push_back(&b);
@@ -786,7 +798,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       return absl::OkStatus();
     }
     const int64_t need = AdmissionBytes(branches);
-    if (budget_->Admits(static_cast<uint64_t>(need))) return absl::OkStatus();
+    if (budget_->TryReserve(static_cast<uint64_t>(need))) {
+      *reserved = need;
+      return absl::OkStatus();
+    }
     return absl::ResourceExhaustedError(
         absl::StrCat("tccd holds ", budget_->used() >> 20,
                      " MiB of transaction state "

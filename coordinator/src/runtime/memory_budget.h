@@ -43,10 +43,37 @@ class MemoryBudget {
   uint64_t limit() const { return limit_; }
   int64_t used() const { return used_.load(std::memory_order_relaxed); }
 
-  // Whether `bytes` more fit.
-  bool Admits(uint64_t bytes) const {
-    return limit_ == 0 ||
-           used() + static_cast<int64_t>(bytes) <= static_cast<int64_t>(limit_);
+  // Admits `bytes` and reserves them, atomically: what an admitted request
+  // will charge as it is applied (Unreserve once it has), counted by every
+  // other admission meanwhile, so that two admissions on two threads cannot
+  // both pass on the same room. False (nothing reserved) when they do not
+  // fit.
+  bool TryReserve(uint64_t bytes) {
+    if (limit_ == 0) return true;
+    int64_t r = reserved_.load();
+    do {
+      if (used() + r + static_cast<int64_t>(bytes) >
+          static_cast<int64_t>(limit_)) {
+        return false;
+      }
+    } while (
+        !reserved_.compare_exchange_weak(r, r + static_cast<int64_t>(bytes)));
+    return true;
+  }
+  void Unreserve(uint64_t bytes) {
+    if (limit_ != 0) reserved_.fetch_sub(static_cast<int64_t>(bytes));
+  }
+  // Charges `bytes` if they fit beside what is used and reserved,
+  // atomically; false (nothing charged) otherwise.
+  bool TryCharge(uint64_t bytes) {
+    int64_t u = used();
+    do {
+      if (limit_ != 0 && u + reserved_.load() + static_cast<int64_t>(bytes) >
+                             static_cast<int64_t>(limit_)) {
+        return false;
+      }
+    } while (!used_.compare_exchange_weak(u, u + static_cast<int64_t>(bytes)));
+    return true;
   }
   // Above half of the limit: the driver sheds what it can keep elsewhere.
   bool Pressured() const {
@@ -61,6 +88,7 @@ class MemoryBudget {
  private:
   const uint64_t limit_;
   std::atomic<int64_t> used_{0};
+  std::atomic<int64_t> reserved_{0};
 };
 
 }  // namespace tcc::runtime

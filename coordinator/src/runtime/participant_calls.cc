@@ -57,14 +57,17 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
     // make room.
     const int64_t bytes =
         512 + payload_bytes + static_cast<int64_t>(gid.size());
-    if (!budget_->Admits(static_cast<uint64_t>(bytes)) &&
-        in_flight_.load() > 0) {
-      std::lock_guard<std::mutex> lock(mu_);
-      waiting_.push_back(Waiting{gid, participant, c, as_probe});
-      return;
+    if (!budget_->TryCharge(static_cast<uint64_t>(bytes))) {
+      if (in_flight_.load() > 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        waiting_.push_back(Waiting{gid, participant, c, as_probe});
+        return;
+      }
+      budget_->Charge(bytes);  // nothing in flight would make room: it goes
     }
     absl::StatusOr<BranchCall> call = build();
     if (!call.ok()) {
+      budget_->Charge(-bytes);
       // Not sent: if it was the breaker's probe, the next call probes (else
       // the breaker waits for this one's answer for ever and holds every
       // later call to the participant; the cluster simulation found it with
@@ -79,7 +82,6 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
     if (c.max_timeout_ms > 0) timeout = std::min(timeout, c.max_timeout_ms);
     timeout = std::max<int64_t>(timeout, 1);
     const int64_t start = clock_.MonotonicMs();
-    budget_->Charge(bytes);
     in_flight_.fetch_add(1);
     std::weak_ptr<Impl> weak = weak_from_this();
     transport_.Call(
