@@ -24,13 +24,18 @@ TEST_CASE("concurrent admissions never charge past the limit") {
     while (u > h && !high.compare_exchange_weak(h, u)) {
     }
   };
+  std::atomic<bool> go{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&] {
-      for (int i = 0; i < 20000; ++i) {
-        if (i % 2 == 0) {
-          // The driver's pattern: reserve, charge what the request holds,
-          // unreserve, and later let it go.
+      while (!go) std::this_thread::yield();
+      for (int i = 0; i < 5000; ++i) {
+        // The driver's pattern, four admissions in a row (one thread alone
+        // fits three): reserve, charge what the request holds, unreserve;
+        // the charges stay until the end of the round. Then a participant
+        // call's charge.
+        int64_t holding = 0;
+        for (int k = 0; k < 4; ++k) {
           if (!budget.TryReserve(kNeed)) {
             refused.fetch_add(1);
             continue;
@@ -39,18 +44,21 @@ TEST_CASE("concurrent admissions never charge past the limit") {
           budget.Charge(kNeed);
           note();
           budget.Unreserve(kNeed);
-          budget.Charge(-kNeed);
-        } else if (budget.TryCharge(kNeed)) {  // a participant call's
-          note();
-          budget.Charge(-kNeed);
+          holding += kNeed;
         }
+        if (budget.TryCharge(kNeed / 3)) {
+          note();
+          holding += kNeed / 3;
+        }
+        budget.Charge(-holding);
       }
     });
   }
+  go = true;
   for (std::thread& t : threads) t.join();
   CHECK(high.load() <= kLimit);
   CHECK(admitted.load() > 0);
-  CHECK(refused.load() > 0);  // the threads did contend
+  CHECK(refused.load() > 0);
   CHECK(budget.used() == 0);
   // Room reserved is room taken: a reservation blocks a charge and the
   // other way round, and both come back.

@@ -47,32 +47,16 @@ class MemoryBudget {
   // will charge as it is applied (Unreserve once it has), counted by every
   // other admission meanwhile, so that two admissions on two threads cannot
   // both pass on the same room. False (nothing reserved) when they do not
-  // fit.
-  bool TryReserve(uint64_t bytes) {
-    if (limit_ == 0) return true;
-    int64_t r = reserved_.load();
-    do {
-      if (used() + r + static_cast<int64_t>(bytes) >
-          static_cast<int64_t>(limit_)) {
-        return false;
-      }
-    } while (
-        !reserved_.compare_exchange_weak(r, r + static_cast<int64_t>(bytes)));
-    return true;
-  }
+  // fit beside what is charged and reserved.
+  bool TryReserve(uint64_t bytes) { return Claim(bytes); }
   void Unreserve(uint64_t bytes) {
-    if (limit_ != 0) reserved_.fetch_sub(static_cast<int64_t>(bytes));
+    claimed_.fetch_sub(static_cast<int64_t>(bytes));
   }
-  // Charges `bytes` if they fit beside what is used and reserved,
+  // Charges `bytes` if they fit beside what is charged and reserved,
   // atomically; false (nothing charged) otherwise.
   bool TryCharge(uint64_t bytes) {
-    int64_t u = used();
-    do {
-      if (limit_ != 0 && u + reserved_.load() + static_cast<int64_t>(bytes) >
-                             static_cast<int64_t>(limit_)) {
-        return false;
-      }
-    } while (!used_.compare_exchange_weak(u, u + static_cast<int64_t>(bytes)));
+    if (!Claim(bytes)) return false;
+    used_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
     return true;
   }
   // Above half of the limit: the driver sheds what it can keep elsewhere.
@@ -83,12 +67,28 @@ class MemoryBudget {
   // Adds `delta` (negative: a release).
   void Charge(int64_t delta) {
     used_.fetch_add(delta, std::memory_order_relaxed);
+    claimed_.fetch_add(delta);
   }
 
  private:
+  // Adds `bytes` to claimed_ if it stays within the limit: one CAS, so
+  // every admission and every TryCharge sees every other.
+  bool Claim(uint64_t bytes) {
+    const int64_t b = static_cast<int64_t>(bytes);
+    int64_t c = claimed_.load();
+    do {
+      if (limit_ != 0 && c + b > static_cast<int64_t>(limit_)) return false;
+    } while (!claimed_.compare_exchange_weak(c, c + b));
+    return true;
+  }
+
   const uint64_t limit_;
-  std::atomic<int64_t> used_{0};
-  std::atomic<int64_t> reserved_{0};
+  std::atomic<int64_t> used_{0};  // what is charged (the gauge)
+  // Charged plus reserved: what admissions are checked against. An
+  // admitted request's charges, made under its reservation, count twice
+  // here until it unreserves (so others are refused a moment early, never
+  // admitted late), and so `used_` stays within the limit.
+  std::atomic<int64_t> claimed_{0};
 };
 
 }  // namespace tcc::runtime
