@@ -23,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -103,6 +104,7 @@ TEST_CASE(
   };
   std::mutex mu;
   std::map<std::string, Sent> sent;  // by gid
+  std::set<std::string> acknowledged;
   std::atomic<bool> stop{false};
   std::atomic<int> answered{0};
   std::vector<std::thread> clients;
@@ -124,7 +126,11 @@ TEST_CASE(
           sent[req.gid()] = s;
         }
         auto r = client->Submit(req);  // retried (same gid) through the kills
-        if (r.ok()) ++answered;
+        if (r.ok()) {
+          ++answered;
+          std::lock_guard<std::mutex> lock(mu);
+          acknowledged.insert(req.gid());
+        }
       }
     });
   }
@@ -155,9 +161,23 @@ TEST_CASE(
   stop = true;
   for (auto& t : clients) t.join();
 
+  // Every transfer tccd has must end final; one whose Submit its client gave
+  // up on may never have reached tccd (NOT_FOUND), never one it
+  // acknowledged (as BankLoad::Check).
   std::vector<std::string> gids;
-  for (const auto& [gid, s] : sent) gids.push_back(gid);
-  INFO(gids.size() << " transfers, " << answered << " answered");
+  auto reader = c.NewClient(3, 5000);
+  for (const auto& [gid, s] : sent) {
+    auto view = reader->Get(gid);
+    if (view.ok()) {
+      gids.push_back(gid);
+      continue;
+    }
+    INFO(gid << ": " << view.status().ToString());
+    REQUIRE(view.status().code() == absl::StatusCode::kNotFound);
+    REQUIRE(acknowledged.count(gid) == 0);
+  }
+  INFO(sent.size() << " transfers, " << answered << " answered, " << gids.size()
+                   << " known to tccd");
   REQUIRE(gids.size() >= 100);
   REQUIRE_OK(c.CheckFinal(gids, 90000));
 
