@@ -84,10 +84,10 @@
 // records etcd held come back in that Txn's own answer (its delete returns
 // them), so no read precedes it. When that answer was lost and the Txn sent
 // again found it committed, the archive keeps no full record of it (Read
-// then shows the compact entry, as for a node's lost archive). Read answers a finished gid from the compact
-// entry and, if this node's archive has it, the full record. Appends to a
-// finished transaction that the rules accept (history only: nothing they
-// carry changes the summary) go to the archive alone.
+// then shows the compact entry, as for a node's lost archive). Read answers a
+// finished gid from the compact entry and, if this node's archive has it, the
+// full record. Appends to a finished transaction that the rules accept (history
+// only: nothing they carry changes the summary) go to the archive alone.
 //
 // Retention (RunRetention): archived full records go after
 // retention.full_record_ms; compact entries after retention.compact_entry_ms
