@@ -343,8 +343,7 @@ bool FencedLog::Hold(Waiting& w) {
   }
   if (plan->summary_set) h->second.summary = std::move(plan->summary);
   ++appends_held_;
-  wal::AppendDone done = std::move(w.done);
-  w.done = [](absl::Status) {};
+  wal::AppendDone done = std::move(w.done);  // Complete skips a held one's
   w.held = true;
   h->second.appends.push_back(std::move(w));
   done(absl::OkStatus());
