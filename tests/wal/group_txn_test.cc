@@ -73,7 +73,7 @@ TEST_CASE("Fits agrees with etcd's --max-txn-ops rule on random groups") {
   const etcd_keys::Layout keys("/p/");
   std::mt19937 rng(7);
   const std::vector<uint64_t> epochs(16, 5);
-  const Fences fences{&epochs, 42, keys.QuotaProbe("n1")};
+  const Fences fences{&epochs, keys.QuotaProbe("n1")};
   for (int round = 0; round < 300; ++round) {
     const size_t limit = 8 + rng() % 120;
     GroupTxn group(keys, GroupLimits{limit, 4 << 20});
@@ -107,7 +107,7 @@ TEST_CASE("a group's Txn writes no key twice and fences every shard") {
   group.Put(Write(1, "b", false, 3));
   group.Put(Write(1, "c", false, 2, /*finishes=*/true));
   group.Put(Write(3, "d", true, 2, /*finishes=*/true));
-  const pb::TxnRequest txn = group.Build(Fences{&epochs, 7, "/p/quota/n1"});
+  const pb::TxnRequest txn = group.Build(Fences{&epochs, "/p/quota/n1"});
   std::multiset<std::string> written;
   WrittenKeys(txn, written);
   for (const std::string& k : written) {
@@ -119,11 +119,13 @@ TEST_CASE("a group's Txn writes no key twice and fences every shard") {
   CHECK(txn.success(3).request_put().key() == "/p/quota/n1");
   for (int i = 0; i < 3; ++i) {
     const pb::TxnRequest& shard = txn.success(i).request_txn();
-    REQUIRE(shard.compare_size() == 2);
-    CHECK(shard.compare(0).target() == pb::Compare::CREATE);
-    CHECK(shard.compare(0).create_revision() == 9);
-    CHECK(shard.compare(1).target() == pb::Compare::LEASE);
-    CHECK(shard.compare(1).lease() == 7);
+    // The fence: the owner key's last write is the campaign at the epoch.
+    REQUIRE(shard.compare_size() == 1);
+    const uint32_t k[] = {0, 1, 3};
+    CHECK(shard.compare(0).key() == keys.Owner(k[i]));
+    CHECK(shard.compare(0).target() == pb::Compare::MOD);
+    CHECK(shard.compare(0).result() == pb::Compare::EQUAL);
+    CHECK(shard.compare(0).mod_revision() == 9);
   }
   // A registration compares the head and the compact entry absent and the
   // horizon not above its created_at.
@@ -149,7 +151,7 @@ TEST_CASE("bytes: a group stays under --max-request-bytes") {
   CHECK(added > 10);
   CHECK(added < 64);
   const std::vector<uint64_t> epochs(1, 1);
-  CHECK(group.Build(Fences{&epochs, 1, "/p/quota/n1"}).ByteSizeLong() <
+  CHECK(group.Build(Fences{&epochs, "/p/quota/n1"}).ByteSizeLong() <
         (256u << 10));
 }
 
@@ -168,7 +170,7 @@ TEST_CASE("Remove given the gid of the write it removes") {
                                  "a-gid-long-enough-to-be-on-the-heap-2"});
   CHECK(group.writes().size() == 2);
   const std::vector<uint64_t> epochs(1, 1);
-  CHECK(group.Build(Fences{&epochs, 1, "/p/quota/n1"})
+  CHECK(group.Build(Fences{&epochs, "/p/quota/n1"})
             .success(0)
             .request_txn()
             .success_size() == 2);
@@ -183,7 +185,7 @@ TEST_CASE("a gid's records go under one key, and read back in order") {
   const std::vector<Record> written = three.records;
   group.Put(std::move(three));
   group.Put(Write(0, "a", true, 1));
-  const pb::TxnRequest txn = group.Build(Fences{&epochs, 7, "/p/quota/n1"});
+  const pb::TxnRequest txn = group.Build(Fences{&epochs, "/p/quota/n1"});
   std::map<std::string, std::string> puts;
   std::function<void(const pb::TxnRequest&)> collect =
       [&](const pb::TxnRequest& t) {

@@ -7,6 +7,7 @@
 #include "record_codec.h"
 #include "rocksdb/db.h"
 #include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
 
 namespace tcc::wal::internal {
 namespace {
@@ -84,7 +85,9 @@ absl::StatusOr<TxnLog> Archive::Get(std::string_view gid) const {
   return txn;
 }
 
-absl::Status Archive::Put(const TxnLog& txn) {
+namespace {
+
+std::string EncodeEntry(const TxnLog& txn) {
   std::string value;
   const std::string summary = EncodeSummary(txn.summary);
   PutU32(value, static_cast<uint32_t>(summary.size()));
@@ -97,9 +100,25 @@ absl::Status Archive::Put(const TxnLog& txn) {
     PutU32(value, static_cast<uint32_t>(record.size()));
     value += record;
   }
+  return value;
+}
+
+}  // namespace
+
+absl::Status Archive::Put(const TxnLog& txn) {
   return FromRocks(
-      db_->Put(rocksdb::WriteOptions(), Key(txn.summary.gid), value),
+      db_->Put(rocksdb::WriteOptions(), Key(txn.summary.gid), EncodeEntry(txn)),
       "writing");
+}
+
+absl::Status Archive::PutAll(const std::vector<TxnLog>& txns) {
+  if (txns.empty()) return absl::OkStatus();
+  rocksdb::WriteBatch batch;
+  for (const TxnLog& txn : txns) {
+    rocksdb::Status s = batch.Put(Key(txn.summary.gid), EncodeEntry(txn));
+    if (!s.ok()) return FromRocks(s, "writing");
+  }
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "writing");
 }
 
 absl::Status Archive::Erase(std::string_view gid) {

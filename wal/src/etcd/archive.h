@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -36,6 +37,8 @@ class Archive {
   // NOT_FOUND when it holds no full record of the gid.
   [[nodiscard]] absl::StatusOr<TxnLog> Get(std::string_view gid) const;
   [[nodiscard]] absl::Status Put(const TxnLog& txn);
+  // Several in one write (one group's finished transactions).
+  [[nodiscard]] absl::Status PutAll(const std::vector<TxnLog>& txns);
   [[nodiscard]] absl::Status Erase(std::string_view gid);
   // 0 when never set.
   [[nodiscard]] absl::StatusOr<int64_t> MaxRevision() const;

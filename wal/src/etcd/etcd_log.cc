@@ -1378,8 +1378,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   if (group.empty()) return;
 
   // 4. Send until etcd answers.
-  internal::Fences fences{&epochs, lease_id_.load(),
-                          keys_.QuotaProbe(options_.node_id)};
+  internal::Fences fences{&epochs, keys_.QuotaProbe(options_.node_id)};
   pb::TxnRequest txn = group.Build(fences);
   int attempt = 0;
   int64_t backoff = options_.resend_backoff_ms;
@@ -1465,37 +1464,13 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
 
   // 5. What each part says.
   const int64_t revision = r->header().revision();
-  // `done`: the gid's own success answer (null when an earlier copy of the
-  // Txn committed it): a finishing one's deleted records, for the archive.
-  auto committed = [&](internal::GidWrite& w, int64_t mod_revision,
-                       const pb::TxnResponse* done) {
-    if (w.finishes && !w.registers) {
-      // The full record: what the finishing Txn deleted, then the group's.
-      // Without it (the answer that carried it was lost) the archive keeps
-      // no full record: Read shows the compact entry (etcd_log.h).
-      const pb::ResponseOp* deleted =
-          done == nullptr
-              ? nullptr
-              : &done->responses(static_cast<int>(w.consumed.size()) + 1);
-      TxnLog full;
-      absl::Status s =
-          deleted != nullptr && deleted->has_response_delete_range()
-              ? absl::OkStatus()
-              : absl::NotFoundError("no records");
-      if (s.ok()) {
-        for (const mvccpb::KeyValue& kv :
-             deleted->response_delete_range().prev_kvs()) {
-          if (s.ok())
-            s = internal::DecodeRecordsTo(kv.value(), kv.key(), full.records);
-        }
-      }
-      if (s.ok() && full.records.size() == w.first_seq) {
-        full.records.insert(full.records.end(), w.records.begin(),
-                            w.records.end());
-        full.summary = w.summary;
-        (void)archive_->Put(full);  // may be lost with the node
-      }
-    }
+  // A finishing gid's full record goes to the archive before its view goes
+  // and its appends are answered (a Read then finds it there): one write
+  // for the group's, after the answers are read. `finished_later` are the
+  // finishing writes that wait for it, with their head's mod_revision.
+  std::vector<TxnLog> to_archive;
+  std::vector<std::pair<internal::GidWrite*, int64_t>> finished_later;
+  auto apply = [&](internal::GidWrite& w, int64_t mod_revision) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (w.finishes) {
@@ -1519,6 +1494,43 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       }
       Complete(items[item], absl::OkStatus());
     }
+  };
+  // `done`: the gid's own success answer (null when an earlier copy of the
+  // Txn committed it): a finishing one's deleted records, for the archive.
+  auto committed = [&](internal::GidWrite& w, int64_t mod_revision,
+                       const pb::TxnResponse* done) {
+    if (!w.finishes) {
+      apply(w, mod_revision);
+      return;
+    }
+    if (!w.registers) {
+      // The full record: what the finishing Txn deleted, then the group's.
+      // Without it (the answer that carried it was lost) the archive keeps
+      // no full record: Read shows the compact entry (etcd_log.h).
+      const pb::ResponseOp* deleted =
+          done == nullptr
+              ? nullptr
+              : &done->responses(static_cast<int>(w.consumed.size()) + 1);
+      TxnLog full;
+      absl::Status s =
+          deleted != nullptr && deleted->has_response_delete_range()
+              ? absl::OkStatus()
+              : absl::NotFoundError("no records");
+      if (s.ok()) {
+        for (const mvccpb::KeyValue& kv :
+             deleted->response_delete_range().prev_kvs()) {
+          if (s.ok())
+            s = internal::DecodeRecordsTo(kv.value(), kv.key(), full.records);
+        }
+      }
+      if (s.ok() && full.records.size() == w.first_seq) {
+        full.records.insert(full.records.end(), w.records.begin(),
+                            w.records.end());
+        full.summary = w.summary;
+        to_archive.push_back(std::move(full));
+      }
+    }
+    finished_later.emplace_back(&w, mod_revision);
   };
   // Whether the gid's keys show that this write committed (an earlier copy
   // of the identical Txn did).
@@ -1629,6 +1641,8 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       for (size_t item : w.items) Complete(items[item], lost);
     }
   }
+  (void)archive_->PutAll(to_archive);  // may be lost with the node
+  for (auto& [w, mod] : finished_later) apply(*w, mod);
   for (const internal::NewApproval& a : group.approvals()) {
     const pb::TxnResponse& at = r->responses(op++).response_txn();
     if (at.succeeded()) {
@@ -1732,16 +1746,7 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
       const size_t to = std::min(forget.size(), from + per_txn);
       int64_t horizon = shards_[k].horizon_ms.load();
       pb::TxnRequest txn;
-      pb::Compare* c = txn.add_compare();
-      c->set_key(keys_.Owner(k));
-      c->set_target(pb::Compare::CREATE);
-      c->set_result(pb::Compare::EQUAL);
-      c->set_create_revision(static_cast<int64_t>(epoch));
-      c = txn.add_compare();
-      c->set_key(keys_.Owner(k));
-      c->set_target(pb::Compare::LEASE);
-      c->set_result(pb::Compare::EQUAL);
-      c->set_lease(lease_id_.load());
+      internal::AddShardFence(txn, keys_, k, epoch);
       for (size_t i = from; i < to; ++i) {
         const TxnSummary& sm = forget[i]->summary;
         horizon = std::max(horizon, sm.created_at_ms == INT64_MAX

@@ -47,6 +47,12 @@ HeadValue HeadOf(const GidWrite& w) {
 
 }  // namespace
 
+void AddShardFence(pb::TxnRequest& txn, const etcd_keys::Layout& keys,
+                   uint32_t shard, uint64_t epoch) {
+  AddCompare(txn, keys.Owner(shard), pb::Compare::MOD, pb::Compare::EQUAL)
+      ->set_mod_revision(static_cast<int64_t>(epoch));
+}
+
 size_t GroupTxn::GidCost(const GidWrite& w) {
   const size_t a = w.consumed.size();
   const size_t compares = (w.registers ? 3 : 1) + a;
@@ -250,12 +256,8 @@ pb::TxnRequest GroupTxn::Build(const Fences& fences) const {
   pb::TxnRequest top;
   for (const auto& [shard, gids] : order_) {
     pb::TxnRequest* s = top.add_success()->mutable_request_txn();
-    const std::string owner = keys_.Owner(shard);
-    AddCompare(*s, owner, pb::Compare::CREATE, pb::Compare::EQUAL)
-        ->set_create_revision(static_cast<int64_t>((*fences.epochs)[shard]));
-    AddCompare(*s, owner, pb::Compare::LEASE, pb::Compare::EQUAL)
-        ->set_lease(fences.lease_id);
-    AddRange(*s, owner);
+    AddShardFence(*s, keys_, shard, (*fences.epochs)[shard]);
+    AddRange(*s, keys_.Owner(shard));
     for (const std::string& g : gids) {
       BuildGid(writes_.at(g), *s->add_success()->mutable_request_txn());
     }

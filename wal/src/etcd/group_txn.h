@@ -4,8 +4,7 @@
 //
 // The Txn, top down:
 //   success: one nested Txn per shard, then one per new approval
-//   shard Txn   compare  create_revision(owner) == epoch,
-//                        lease(owner) == lease
+//   shard Txn   compare  the shard's fence (AddShardFence)
 //               success  one nested Txn per gid of the shard, in order
 //               failure  range owner
 //   gid Txn     compare  a registration: create_revision(head) == 0,
@@ -77,13 +76,24 @@ struct GroupLimits {
   size_t max_request_bytes = 4 << 20;
 };
 
-// The shard fences: epoch per shard, the node's lease; and the node's
-// quota probe key (etcd_keys.h), put at the top level of every group.
+// The shard fences: epoch per shard; and the node's quota probe key
+// (etcd_keys.h), put at the top level of every group.
 struct Fences {
   const std::vector<uint64_t>* epochs = nullptr;
-  int64_t lease_id = 0;
   std::string quota_key;
 };
+
+// The fence of every write for shard `shard` (DESIGN.md section 14,
+// "Ownership and fencing"): one compare, mod_revision(owner) == epoch. It
+// says what DESIGN's two compares say, create_revision(owner) == epoch and
+// lease(owner) == the node's lease, in one read of the key: the owner key
+// is created by the campaign's Txn (at revision epoch, under the node's
+// lease) and never written again, and only a put changes a key's lease, so
+// a key whose last write is at revision epoch is that very key with that
+// lease; a key deleted and created again, or written since, has a later
+// mod_revision (etcd revisions only grow).
+void AddShardFence(etcdserverpb::TxnRequest& txn, const etcd_keys::Layout& keys,
+                   uint32_t shard, uint64_t epoch);
 
 class GroupTxn {
  public:

@@ -13,7 +13,9 @@
 // again (a higher epoch). A shard another node owns is waited for up to
 // options.campaign_wait_ms (its owner's lease may be expiring), then
 // UNAVAILABLE. Every write for shard k compares
-// create_revision(owner) == epoch and lease(owner) == lease_id; a refused
+// mod_revision(owner) == epoch (the owner key is never written after the
+// campaign created it under lease_id, so this says create_revision ==
+// epoch and lease == lease_id in one compare: group_txn.h); a refused
 // fence loses the shard: its waiting appends and every later one are
 // UNAVAILABLE, and the ShardLostFn hears of it once, before those waiting
 // are answered. A shard not taken is
