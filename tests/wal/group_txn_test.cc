@@ -224,5 +224,25 @@ TEST_CASE("a gid's records go under one key, and read back in order") {
   }
 }
 
+TEST_CASE("records encoded by the writer build the same Txn and size") {
+  const etcd_keys::Layout keys("/p/");
+  const std::vector<uint64_t> epochs(2, 9);
+  for (int n : {1, 3}) {
+    INFO(n);
+    GidWrite plain = Write(1, "b", n == 1, n);
+    GidWrite pre = plain;
+    for (const Record& r : pre.records) pre.encoded.push_back(EncodeRecord(r));
+    GroupTxn a(keys, GroupLimits{1024, 4 << 20});
+    GroupTxn b(keys, GroupLimits{1024, 4 << 20});
+    CHECK(a.GidBytes(plain) == b.GidBytes(pre));
+    CHECK(RecordsValue(pre.encoded) == EncodeRecords(plain.records));
+    CHECK(RecordsValueSize(pre.encoded) == EncodeRecords(plain.records).size());
+    a.Put(std::move(plain));
+    b.Put(std::move(pre));
+    CHECK(a.Build(Fences{&epochs, "/p/quota/n1"}).SerializeAsString() ==
+          b.Build(Fences{&epochs, "/p/quota/n1"}).SerializeAsString());
+  }
+}
+
 }  // namespace
 }  // namespace tcc::wal::internal

@@ -50,17 +50,30 @@ absl::StatusOr<HeadValue> DecodeHead(std::string_view in,
 }
 
 std::string EncodeRecords(const std::vector<Record>& records) {
-  if (records.size() == 1) return EncodeRecord(records[0]);
-  std::string out(1, static_cast<char>(kRecordBatch));
-  PutU32(out, static_cast<uint32_t>(records.size()));
-  std::string one;
-  for (const Record& r : records) {
-    one.clear();
-    EncodeRecordTo(r, one);
+  std::vector<std::string> encoded;
+  encoded.reserve(records.size());
+  for (const Record& r : records) encoded.push_back(EncodeRecord(r));
+  return RecordsValue(encoded);
+}
+
+std::string RecordsValue(const std::vector<std::string>& encoded) {
+  if (encoded.size() == 1) return encoded[0];
+  std::string out;
+  out.reserve(RecordsValueSize(encoded));
+  out.push_back(static_cast<char>(kRecordBatch));
+  PutU32(out, static_cast<uint32_t>(encoded.size()));
+  for (const std::string& one : encoded) {
     PutU32(out, static_cast<uint32_t>(one.size()));
     out += one;
   }
   return out;
+}
+
+size_t RecordsValueSize(const std::vector<std::string>& encoded) {
+  if (encoded.size() == 1) return encoded[0].size();
+  size_t size = 1 + 4;
+  for (const std::string& one : encoded) size += 4 + one.size();
+  return size;
 }
 
 absl::Status DecodeRecordsTo(std::string_view in, std::string_view key,

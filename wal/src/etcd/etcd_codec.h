@@ -44,6 +44,10 @@ std::string EncodeHead(const HeadValue& head);
 // The value of a record key: `records` (at least one) as one record or a
 // batch.
 std::string EncodeRecords(const std::vector<Record>& records);
+// The same from the records encoded already (EncodeRecord of each, at least
+// one), and its size.
+std::string RecordsValue(const std::vector<std::string>& encoded);
+size_t RecordsValueSize(const std::vector<std::string>& encoded);
 // Appends the records a record key's value holds to `out` (one, or a
 // batch); DATA_LOSS naming the key if it does not decode.
 [[nodiscard]] absl::Status DecodeRecordsTo(std::string_view bytes,

@@ -183,6 +183,10 @@ class EtcdLog::Impl {
   struct Item {
     bool approval = false;
     AppendRequest append;
+    // An append's: its gid's shard, and its records encoded (EncodeRecord
+    // of each), both made on the appending thread, off the committer's.
+    uint32_t shard = 0;
+    std::vector<std::string> encoded;
     std::unique_ptr<Approval> new_approval;
     AppendDone done;  // null once answered
   };
@@ -230,7 +234,7 @@ class EtcdLog::Impl {
   // (etcd_log.h, "Held buffered appends"), when the rules allow
   // (internal::MayHold) and it can be checked here: the gid's view is
   // current, nothing of it is queued or in a group, its shard is owned.
-  bool Hold(AppendRequest& request);
+  bool Hold(Item& item);
 
   void Enqueue(Item item) {
     {
@@ -341,9 +345,9 @@ class EtcdLog::Impl {
 
   // Held buffered appends of one gid, answered already, in order.
   struct Held {
-    int64_t since_ms = 0;  // boot clock: when the first was held
-    std::vector<AppendRequest> appends;
-    TxnSummary summary;  // the gid's, after them
+    int64_t since_ms = 0;       // boot clock: when the first was held
+    std::vector<Item> appends;  // their done: nothing (answered)
+    TxnSummary summary;         // the gid's, after them
   };
   // Queues `gid`'s held appends (items answered already: nobody waits for
   // their outcome), ahead of anything queued for it after. Under mu_.
@@ -361,8 +365,9 @@ class EtcdLog::Impl {
         v->second.head_mod_revision != head_mod_revision) {
       return;
     }
-    for (const AppendRequest& a : h->second.appends) {
-      txn.records.insert(txn.records.end(), a.records.begin(), a.records.end());
+    for (const Item& a : h->second.appends) {
+      txn.records.insert(txn.records.end(), a.append.records.begin(),
+                         a.append.records.end());
     }
     txn.summary = h->second.summary;
   }
@@ -909,13 +914,14 @@ void EtcdLog::Impl::WaitBackoff(int64_t& backoff_ms) {
 
 // --- Held buffered appends ---
 
-bool EtcdLog::Impl::Hold(AppendRequest& request) {
+bool EtcdLog::Impl::Hold(Item& item) {
+  AppendRequest& request = item.append;
   if (options_.hold_buffered_ms <= 0 ||
       request.durability != Durability::kBuffered) {
     return false;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  const uint32_t k = ShardOfGid(request.gid, cluster_.shards);
+  const uint32_t k = item.shard;
   if (stop_ || !shards_[k].owned || shards_[k].lost ||
       unsent_.count(request.gid) > 0 || held_count_ >= options_.max_queued) {
     return false;
@@ -939,7 +945,8 @@ bool EtcdLog::Impl::Hold(AppendRequest& request) {
     held_order_.emplace_back(h->second.since_ms, request.gid);
   }
   if (plan->summary_set) h->second.summary = std::move(plan->summary);
-  h->second.appends.push_back(std::move(request));
+  item.done = nullptr;
+  h->second.appends.push_back(std::move(item));
   ++held_count_;
   appends_held_.fetch_add(1);
   return true;
@@ -948,9 +955,7 @@ bool EtcdLog::Impl::Hold(AppendRequest& request) {
 void EtcdLog::Impl::ReleaseHeldLocked(const std::string& gid) {
   auto h = held_.find(gid);
   if (h == held_.end()) return;
-  for (AppendRequest& a : h->second.appends) {
-    Item item;
-    item.append = std::move(a);
+  for (Item& item : h->second.appends) {
     item.done = [](absl::Status) {};  // answered when it was held
     queue_.push_back(std::move(item));
   }
@@ -1124,7 +1129,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     for (Item& item : items) {
       if (item.approval) continue;
       const std::string& gid = item.append.gid;
-      const uint32_t k = ShardOfGid(gid, cluster_.shards);
+      const uint32_t k = item.shard;
       if (!shards_[k].owned || shards_[k].lost) continue;  // answered below
       auto v = views_.find(gid);
       if (v == views_.end() && seen.insert(gid).second) {
@@ -1188,7 +1193,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       continue;
     }
     const std::string& gid = item.append.gid;
-    const uint32_t k = ShardOfGid(gid, cluster_.shards);
+    const uint32_t k = item.shard;
     absl::Status not_ours;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -1314,6 +1319,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     const bool was_final = IsFinal(view.summary.state) && !w.registers;
     w.records.insert(w.records.end(), item.append.records.begin(),
                      item.append.records.end());
+    w.encoded.insert(w.encoded.end(), item.encoded.begin(), item.encoded.end());
     w.summary = after;
     w.finishes = IsFinal(after.state) && !was_final;
     for (const Approval& a : plan->consumed) {
@@ -1843,12 +1849,17 @@ EtcdLog::EtcdLog(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 EtcdLog::~EtcdLog() = default;
 
 void EtcdLog::Append(AppendRequest request, AppendDone done) {
-  if (impl_->Hold(request)) {
+  Impl::Item item;
+  item.shard = ShardOfGid(request.gid, impl_->cluster().shards);
+  item.encoded.reserve(request.records.size());
+  for (const Record& r : request.records) {
+    item.encoded.push_back(internal::EncodeRecord(r));
+  }
+  item.append = std::move(request);
+  if (impl_->Hold(item)) {
     done(absl::OkStatus());
     return;
   }
-  Impl::Item item;
-  item.append = std::move(request);
   item.done = std::move(done);
   impl_->Enqueue(std::move(item));
 }

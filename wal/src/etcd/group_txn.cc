@@ -36,6 +36,19 @@ void AddPut(pb::TxnRequest& txn, const std::string& key, std::string value) {
   p->set_value(std::move(value));
 }
 
+// The value of w's record key, and its size, from w.encoded when it has
+// them all.
+bool HasEncoded(const GidWrite& w) {
+  return !w.encoded.empty() && w.encoded.size() == w.records.size();
+}
+size_t RecordsSize(const GidWrite& w) {
+  return HasEncoded(w) ? RecordsValueSize(w.encoded)
+                       : EncodeRecords(w.records).size();
+}
+std::string RecordsOf(const GidWrite& w) {
+  return HasEncoded(w) ? RecordsValue(w.encoded) : EncodeRecords(w.records);
+}
+
 HeadValue HeadOf(const GidWrite& w) {
   HeadValue h;
   h.owner_epoch = w.owner_epoch;
@@ -74,7 +87,7 @@ size_t GroupTxn::GidBytes(const GidWrite& w) const {
   } else {
     bytes += EncodeSummary(w.summary).size() + 24;
     if (!w.records.empty()) {
-      bytes += key + kOpOverhead + EncodeRecords(w.records).size();
+      bytes += key + kOpOverhead + RecordsSize(w);
     }
   }
   for (const auto& [a, rev] : w.consumed) {
@@ -239,8 +252,7 @@ void GroupTxn::BuildGid(const GidWrite& w, pb::TxnRequest& t) const {
   } else {
     // Its records under one key, numbered by the first of them.
     if (!w.records.empty()) {
-      AddPut(t, keys_.Record(w.shard, w.gid, w.first_seq),
-             EncodeRecords(w.records));
+      AddPut(t, keys_.Record(w.shard, w.gid, w.first_seq), RecordsOf(w));
     }
     AddPut(t, head, EncodeHead(HeadOf(w)));
   }

@@ -57,7 +57,11 @@ struct GidWrite {
   int64_t head_mod_revision = 0;  // others: the head compare
   uint64_t first_seq = 0;         // its record count before the group
   std::vector<Record> records;    // new records (not written if finishing)
-  TxnSummary summary;             // after the group
+  // EncodeRecord of each of `records`, when the writer has them (the etcd
+  // log encodes an append's records on the appending thread, once); empty
+  // otherwise, and then they are encoded when needed.
+  std::vector<std::string> encoded;
+  TxnSummary summary;  // after the group
   uint64_t owner_epoch = 0;
   uint64_t append_id = 0;
   // Approvals it consumes (marked used) and the mod_revision read.
