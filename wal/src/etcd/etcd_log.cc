@@ -1561,14 +1561,15 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     }
     return false;
   };
-  auto refused = [&](internal::GidWrite& w, const pb::TxnResponse& failure) {
-    const mvccpb::KeyValue* horizon = FirstKv(failure.responses(2));
+  // `head`, `done`, `horizon`: the keys as read after the refusal.
+  auto refused = [&](internal::GidWrite& w, const mvccpb::KeyValue* head,
+                     const mvccpb::KeyValue* done,
+                     const mvccpb::KeyValue* horizon) {
     absl::Status why = absl::AbortedError(absl::StrCat(
         "gid ", w.gid,
         ": another writer changed it since this node read it; read it "
         "again"));
-    if (w.registers && (FirstKv(failure.responses(0)) != nullptr ||
-                        FirstKv(failure.responses(1)) != nullptr)) {
+    if (w.registers && (head != nullptr || done != nullptr)) {
       // Registered by an earlier request or another node since this node
       // last looked (or never looked: a gid taken as absent).
       why = absl::AlreadyExistsError(
@@ -1576,8 +1577,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     } else if (w.registers && horizon != nullptr) {
       absl::StatusOr<int64_t> h =
           internal::DecodeHorizon(horizon->value(), horizon->key());
-      if (h.ok() && *h > w.created_at_ms &&
-          FirstKv(failure.responses(0)) == nullptr) {
+      if (h.ok() && *h > w.created_at_ms && head == nullptr) {
         why = absl::FailedPreconditionError(
             absl::StrCat("gid ", w.gid, ": created_at ", w.created_at_ms,
                          " is older than the deduplication horizon ", *h));
@@ -1592,20 +1592,19 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     for (size_t item : w.items) Complete(items[item], why);
   };
   int op = 0;
+  // Gids whose own compares failed. A gid's Txn has no failure ops (they
+  // would be in every Txn, decoded and stored by every member, for a rare
+  // refusal): their keys are read once the group's answer is in.
+  std::vector<internal::GidWrite*> failed;
   for (const auto& [shard, gids] : group.shards()) {
     const pb::TxnResponse& st = r->responses(op++).response_txn();
     if (st.succeeded()) {
       for (int j = 0; j < static_cast<int>(gids.size()); ++j) {
         internal::GidWrite& w = *group.Find(gids[j]);
-        const pb::TxnResponse& gt = st.responses(j).response_txn();
-        int64_t mod = revision;
-        if (gt.succeeded()) {
-          committed(w, revision, &gt);
-        } else if (attempt > 0 && ours(w, FirstKv(gt.responses(0)),
-                                       FirstKv(gt.responses(1)), &mod)) {
-          committed(w, mod, nullptr);
+        if (st.responses(j).response_txn().succeeded()) {
+          committed(w, revision, &st.responses(j).response_txn());
         } else {
-          refused(w, gt);
+          failed.push_back(&w);
         }
       }
       continue;
@@ -1645,6 +1644,66 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
         continue;
       }
       for (size_t item : w.items) Complete(items[item], lost);
+    }
+  }
+  if (!failed.empty()) {
+    // Why each failed: its head, compact entry and horizon now. Only this
+    // node writes its shards' gids (the fence), so they are as the refusal
+    // left them, but for this node's retention, which may since have
+    // forgotten a compact entry and raised the horizon past it (the
+    // registration is then refused as too old instead of as a duplicate).
+    // After a resend, the keys also say whether an earlier copy of the
+    // Txn committed the gid (outcome unknown until then: read until etcd
+    // answers).
+    std::vector<const mvccpb::KeyValue*> got(failed.size() * 3, nullptr);
+    const size_t per_txn = std::max<size_t>(1, options_.max_txn_ops / 3);
+    std::vector<pb::TxnResponse> reads;  // `got` points into them
+    reads.reserve((failed.size() + per_txn - 1) / per_txn);
+    int64_t read_backoff = options_.resend_backoff_ms;
+    for (size_t from = 0; from < failed.size(); from += per_txn) {
+      const size_t to = std::min(failed.size(), from + per_txn);
+      pb::TxnRequest read;
+      for (size_t i = from; i < to; ++i) {
+        const internal::GidWrite& w = *failed[i];
+        AddRange(read, true, keys_.Head(w.shard, w.gid));
+        AddRange(read, true, keys_.Done(w.shard, w.gid));
+        AddRange(read, true, keys_.Horizon(w.shard));
+      }
+      absl::StatusOr<pb::TxnResponse> rr;
+      while (true) {
+        rr = options_.client->Txn(read);
+        if (rr.ok() || Stopping()) break;
+        WaitBackoff(read_backoff);
+      }
+      if (!rr.ok()) {
+        for (size_t i = from; i < failed.size(); ++i) {
+          for (size_t item : failed[i]->items) {
+            Complete(items[item],
+                     absl::UnavailableError(absl::StrCat(
+                         "the etcd log closed before it could read why "
+                         "etcd refused this append (",
+                         rr.status().message(), ")")));
+          }
+        }
+        failed.resize(from);
+        break;
+      }
+      reads.push_back(*std::move(rr));
+      for (size_t i = from; i < to; ++i) {
+        for (int k = 0; k < 3; ++k) {
+          got[i * 3 + k] = FirstKv(
+              reads.back().responses(static_cast<int>((i - from) * 3 + k)));
+        }
+      }
+    }
+    for (size_t i = 0; i < failed.size(); ++i) {
+      internal::GidWrite& w = *failed[i];
+      int64_t mod = 0;
+      if (attempt > 0 && ours(w, got[i * 3], got[i * 3 + 1], &mod)) {
+        committed(w, mod, nullptr);
+      } else {
+        refused(w, got[i * 3], got[i * 3 + 1], got[i * 3 + 2]);
+      }
     }
   }
   (void)archive_->PutAll(to_archive);  // may be lost with the node

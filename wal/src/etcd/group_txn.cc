@@ -75,8 +75,7 @@ size_t GroupTxn::GidCost(const GidWrite& w) {
   } else {
     success += (w.records.empty() ? 0 : 1) + 1;  // the records' key, head
   }
-  const size_t failure = 3 + a;
-  return std::max({compares, success, failure});
+  return std::max(compares, success);
 }
 
 size_t GroupTxn::GidBytes(const GidWrite& w) const {
@@ -256,12 +255,8 @@ void GroupTxn::BuildGid(const GidWrite& w, pb::TxnRequest& t) const {
     }
     AddPut(t, head, EncodeHead(HeadOf(w)));
   }
-  AddRange(t, head);
-  AddRange(t, done);
-  AddRange(t, horizon);
-  for (const auto& [a, rev] : w.consumed) {
-    AddRange(t, keys_.Approval(a.approval_id));
-  }
+  // No failure ops: a refused gid's keys are read after the group (the
+  // etcd log), not carried in every Txn for the rare refusal.
 }
 
 pb::TxnRequest GroupTxn::Build(const Fences& fences) const {

@@ -17,7 +17,8 @@
 //                        values returned, for the archive) and puts done
 //                        instead;
 //                        put each consumed approval
-//               failure  range head, done, horizon, each approval
+//               failure  nothing (the etcd log reads a refused gid's
+//                        head, done and horizon after the group)
 //   approval    compare  create_revision(approval) == 0
 //               success  put;  failure  range
 //   last, at the top: put quota/<node> (empty), so etcd's quota sees it
