@@ -49,6 +49,13 @@
 #                        etcd_single_p50_ms=N errors=N
 #   --etcd-members N   with --etcd: 3 (default) or 1 member (to see what
 #                      the replication costs on this machine)
+#   --etcd-rounds N    with --etcd: N rounds of (RocksDB C=64, etcd C=64),
+#                      alternating, then C=1 on each once (default 1). The
+#                      C=64 figures and etcd_ratio are then medians (the
+#                      ratio: the median of each round's own), and every
+#                      round is in the table: on a machine whose speed
+#                      drifts, two runs half a minute apart compare better
+#                      than two runs a minute and more apart
 #   --python-http-batch on|off
 #                      on (default): tccd sends the Python banks over HTTP
 #                      batches (participants.NAME.batch: true, POST /batch,
@@ -98,6 +105,7 @@ python_rounds=2
 python_store=sqlite
 etcd_mode=0
 etcd_members=3
+etcd_rounds=1
 python_http_batch=on
 cluster_mode=0
 while [[ $# -gt 0 ]]; do
@@ -119,6 +127,7 @@ while [[ $# -gt 0 ]]; do
     --etcd) etcd_mode=1 ;;
     --cluster) cluster_mode=1 ;;
     --etcd-members) etcd_members=$2; shift ;;
+    --etcd-rounds) etcd_rounds=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -791,6 +800,8 @@ ticks_start=$(cpu_ticks)
 
 # median V...: the median of the values.
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# The same to three decimals (ratios, calls per transaction).
+median3() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 if [[ $python_banks == 1 ]]; then
   py_path="$build_dir/participant-sdk/python/gen:$PWD/participant-sdk/python/src:$PWD/participant-sdk/python/examples/bank"
@@ -854,46 +865,79 @@ if [[ $etcd_mode == 1 ]]; then
   start_etcd "$etcd_members"
   headline=(--concurrency 64 --branches 2 --payload-bytes 100)
   single=(--concurrency 1 --branches 2 --payload-bytes 100)
-  rocksdb_tps=0 rocksdb_p50=0 rocksdb_p99=0 rocksdb_single_p50=0
-  rocksdb_single_p99=0 rocksdb_single_tps=0
-  if start_tccd_stack normal; then
-    run_bench "tccd on RocksDB: C=64, 2 branches, 100 B" "$tccd_target" \
-      "$tccd_pids" "$tccd_roles" "${headline[@]}"
-    rocksdb_tps=$r_tps rocksdb_p50=$r_p50 rocksdb_p99=$r_p99
-    run_bench "tccd on RocksDB: C=1" "$tccd_target" "$tccd_pids" \
-      "$tccd_roles" "${single[@]}"
-    rocksdb_single_tps=$r_tps rocksdb_single_p50=$r_p50 rocksdb_single_p99=$r_p99
-    cleanup
-  else
-    echo "bench.sh: tccd or tcc-bank is missing in $build_dir" >&2
-    exit 1
+  rocksdb_single_p50=0 rocksdb_single_p99=0 rocksdb_single_tps=0
+  etcd_single_tps=0 etcd_single_p50=0 etcd_single_p99=0 etcd_note=""
+  etcd_roles=""
+  r_tps_all=() r_p50_all=() r_p99_all=() e_tps_all=() e_p50_all=()
+  e_p99_all=() ratio_all=() txns_all=() appends_all=()
+  for round in $(seq "$etcd_rounds"); do
+    last=0
+    [[ $round == "$etcd_rounds" ]] && last=1
+    of=""
+    [[ $etcd_rounds -gt 1 ]] && of=" (round $round of $etcd_rounds)"
+    if start_tccd_stack normal; then
+      run_bench "tccd on RocksDB: C=64, 2 branches, 100 B$of" \
+        "$tccd_target" "$tccd_pids" "$tccd_roles" "${headline[@]}"
+      r_tps_all+=("$r_tps") r_p50_all+=("$r_p50") r_p99_all+=("$r_p99")
+      round_rocksdb=$r_tps
+      if [[ $last == 1 ]]; then
+        run_bench "tccd on RocksDB: C=1" "$tccd_target" "$tccd_pids" \
+          "$tccd_roles" "${single[@]}"
+        rocksdb_single_tps=$r_tps rocksdb_single_p50=$r_p50
+        rocksdb_single_p99=$r_p99
+      fi
+      cleanup
+    else
+      echo "bench.sh: tccd or tcc-bank is missing in $build_dir" >&2
+      exit 1
+    fi
+    if start_tccd_stack etcd; then
+      etcd_roles=$tccd_roles
+      for m in $(seq "$etcd_members"); do etcd_roles+=",etcd-$m"; done
+      etcd_all_pids="$tccd_pids,$etcd_pids"
+      before=$(etcd_counts "$tccd_metrics")
+      run_bench "tccd on etcd ($etcd_members members): C=64, 2 branches, 100 B$of" \
+        "$tccd_target" "$etcd_all_pids" "$etcd_roles" "${headline[@]}"
+      e_tps_all+=("$r_tps") e_p50_all+=("$r_p50") e_p99_all+=("$r_p99")
+      ratio_all+=("$(awk -v e="$r_tps" -v r="$round_rocksdb" \
+        'BEGIN { if (e > 0 && r > 0) printf "%.3f", e / r; else print 0 }')")
+      after=$(etcd_counts "$tccd_metrics")
+      read -r per_tx per_txn client_per_tx t n tx _ \
+        <<<"$(etcd_ratios "$before" "$after")"
+      txns_all+=("$per_tx") appends_all+=("$per_txn")
+      etcd_note+="Leader during the C=64 run$of: $(etcd_leader). C=64$of: $t group-commit etcd Txns for $tx transactions ($per_tx per transaction), $n appends committed ($per_txn per Txn); every etcd Txn of the node's client (reads included): $client_per_tx per transaction. "
+      if [[ $last == 1 ]]; then
+        before=$after
+        run_bench "tccd on etcd ($etcd_members members): C=1" "$tccd_target" \
+          "$etcd_all_pids" "$etcd_roles" "${single[@]}"
+        etcd_single_tps=$r_tps etcd_single_p50=$r_p50 etcd_single_p99=$r_p99
+        after=$(etcd_counts "$tccd_metrics")
+        read -r s_per_tx s_appends s_client t n tx _ \
+          <<<"$(etcd_ratios "$before" "$after")"
+        etcd_note+="C=1: $t group-commit etcd Txns for $tx transactions ($s_per_tx per transaction), $n appends committed ($s_appends per Txn); every etcd Txn of the client: $s_client per transaction. "
+      fi
+      cleanup
+    else
+      e_tps_all+=(0) ratio_all+=(0)
+    fi
+  done
+  echo "bench.sh: etcd: $etcd_note" >&2
+  # One round: its figures; several: the medians (the ratio: of the
+  # rounds' own ratios).
+  rocksdb_tps=$(median "${r_tps_all[@]}") rocksdb_p50=$(median "${r_p50_all[@]}")
+  rocksdb_p99=$(median "${r_p99_all[@]}")
+  etcd_tps=$(median "${e_tps_all[@]}") etcd_p50=$(median "${e_p50_all[@]}")
+  etcd_p99=$(median "${e_p99_all[@]}")
+  etcd_ratio=$(median3 "${ratio_all[@]}")
+  etcd_txns_per_tx=$(median3 "${txns_all[@]}")
+  appends_per_txn=$(median "${appends_all[@]}")
+  if [[ $etcd_rounds -gt 1 ]]; then
+    etcd_note+="Rounds (etcd / RocksDB tx/s at C=64, ratio): "
+    for i in "${!e_tps_all[@]}"; do
+      etcd_note+="${e_tps_all[$i]} / ${r_tps_all[$i]:-0} = ${ratio_all[$i]}; "
+    done
+    etcd_note+="the C=64 figures above are the medians. "
   fi
-  etcd_tps=0 etcd_p50=0 etcd_p99=0 etcd_single_tps=0 etcd_single_p50=0
-  etcd_single_p99=0 etcd_txns_per_tx=0 appends_per_txn=0 etcd_note=""
-  if start_tccd_stack etcd; then
-    etcd_roles=$tccd_roles
-    for m in $(seq "$etcd_members"); do etcd_roles+=",etcd-$m"; done
-    etcd_all_pids="$tccd_pids,$etcd_pids"
-    before=$(etcd_counts "$tccd_metrics")
-    run_bench "tccd on etcd ($etcd_members members): C=64, 2 branches, 100 B" \
-      "$tccd_target" "$etcd_all_pids" "$etcd_roles" "${headline[@]}"
-    etcd_tps=$r_tps etcd_p50=$r_p50 etcd_p99=$r_p99
-    after=$(etcd_counts "$tccd_metrics")
-    read -r etcd_txns_per_tx appends_per_txn client_per_tx t n tx _ \
-      <<<"$(etcd_ratios "$before" "$after")"
-    etcd_note+="Leader during the C=64 run: $(etcd_leader). C=64: $t group-commit etcd Txns for $tx transactions ($etcd_txns_per_tx per transaction), $n appends committed ($appends_per_txn per Txn); every etcd Txn of the node's client (reads included): $client_per_tx per transaction. "
-    before=$after
-    run_bench "tccd on etcd ($etcd_members members): C=1" "$tccd_target" \
-      "$etcd_all_pids" "$etcd_roles" "${single[@]}"
-    etcd_single_tps=$r_tps etcd_single_p50=$r_p50 etcd_single_p99=$r_p99
-    after=$(etcd_counts "$tccd_metrics")
-    read -r s_per_tx s_appends s_client t n tx _ <<<"$(etcd_ratios "$before" "$after")"
-    etcd_note+="C=1: $t group-commit etcd Txns for $tx transactions ($s_per_tx per transaction), $n appends committed ($s_appends per Txn); every etcd Txn of the client: $s_client per transaction. "
-    echo "bench.sh: etcd: $etcd_note" >&2
-    cleanup
-  fi
-  etcd_ratio=$(awk -v e="$etcd_tps" -v r="$rocksdb_tps" \
-    'BEGIN { if (e > 0 && r > 0) printf "%.3f", e / r; else print 0 }')
   mkdir -p "$(dirname "$out")"
   {
     echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"

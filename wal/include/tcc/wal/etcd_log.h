@@ -31,15 +31,17 @@
 // comparing its fence, inside it one per gid (that gid's accepted appends
 // merged in order) comparing the head's mod_revision (a registration: the
 // head and the compact entry absent, the horizon not above its created_at),
-// and the mod_revision of every approval it consumes; failure branches read
-// the compared keys, so one stale gid or one lost shard refuses nothing
-// else. No key appears twice in a Txn (an append that would repeat one
-// waits for the next); a Txn fits options.max_txn_ops (etcd's rule: along
-// each path of the nesting, the sum over its levels of the largest of
-// compares, success ops and failure ops) and options.max_request_bytes; an
-// append that cannot fit alone is INVALID_ARGUMENT. A Txn etcd refuses
-// whole for its size is sent again split, in order. Appends complete once
-// etcd answered their Txn, but for the held ones below.
+// and the mod_revision of every approval it consumes; a refused gid or a
+// lost shard refuses nothing else (the shard's failure branch reads its
+// owner key; a gid's has no ops: a refused gid's head, compact entry and
+// horizon are read after the group, until etcd answers). No key appears twice
+// in a Txn (an append that would repeat one waits for the next); a Txn fits
+// options.max_txn_ops (etcd's rule: along each path of the nesting, the sum
+// over its levels of the largest of compares, success ops and failure ops) and
+// options.max_request_bytes; an append that cannot fit alone is
+// INVALID_ARGUMENT. A Txn etcd refuses whole for its size is sent again split,
+// in order. Appends complete once etcd answered their Txn, but for the held
+// ones below.
 //
 // Held buffered appends (DESIGN.md section 14, "Group commit": buffered
 // appends ride in the next group and may be lost with the node): a buffered
@@ -71,10 +73,11 @@
 //
 // Unknown outcomes: a Txn answered with a status that leaves its outcome
 // unknown (etcd::IsUnknownOutcome) stays pending and is sent again,
-// identical, until etcd answers; the failure branches then show, gid by gid,
-// whether the head holds this append's (epoch, append_id) (it committed) or
-// not (refused). While one is pending nothing else is sent, so the appends of
-// a gid keep their order. Only a definitive answer fails an append.
+// identical, until etcd answers; the refused gids' keys, read then, show
+// gid by gid whether the head holds this append's (epoch, append_id) (it
+// committed) or not (refused). While one is pending nothing else is sent, so
+// the appends of a gid keep their order. Only a definitive answer fails an
+// append.
 //
 // Out of space (etcd's quota alarm): registrations are RESOURCE_EXHAUSTED
 // and the other appends wait, sent again until space is freed.
