@@ -379,6 +379,12 @@ class EtcdLog::Impl {
 
   void CommitterLoop();
   void ProcessGroup(std::vector<Item>& items);
+  // Reads each of `keys` (one key each) in as few Txns as
+  // options.max_txn_ops allows: `kvs[i]` is keys[i]'s kv, or null when it
+  // is absent, pointing into `pages`. The first error ends it.
+  absl::Status ReadKeys(const std::vector<std::string>& keys,
+                        std::vector<pb::TxnResponse>& pages,
+                        std::vector<const mvccpb::KeyValue*>& kvs);
   // Loads the views of `gids` (and the approvals `approval_ids`) from etcd.
   absl::Status Prefetch(const std::vector<std::string>& gids,
                         const std::set<std::string>& approval_ids,
@@ -1027,71 +1033,77 @@ void EtcdLog::Impl::CommitterLoop() {
   }
 }
 
+absl::Status EtcdLog::Impl::ReadKeys(
+    const std::vector<std::string>& keys, std::vector<pb::TxnResponse>& pages,
+    std::vector<const mvccpb::KeyValue*>& kvs) {
+  const size_t per_txn = std::max<size_t>(1, options_.max_txn_ops - 1);
+  pages.clear();
+  pages.reserve((keys.size() + per_txn - 1) / per_txn);  // kvs point in
+  kvs.assign(keys.size(), nullptr);
+  for (size_t from = 0; from < keys.size(); from += per_txn) {
+    const size_t to = std::min(keys.size(), from + per_txn);
+    pb::TxnRequest txn;
+    for (size_t i = from; i < to; ++i) AddRange(txn, true, keys[i]);
+    absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn);
+    if (!r.ok()) return r.status();
+    if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
+    pages.push_back(*std::move(r));
+    for (size_t i = from; i < to; ++i) {
+      kvs[i] = FirstKv(pages.back().responses(static_cast<int>(i - from)));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status EtcdLog::Impl::Prefetch(
     const std::vector<std::string>& gids,
     const std::set<std::string>& approval_ids,
     std::map<std::string, internal::ApprovalState>& approvals) {
-  struct Want {
-    std::string gid;  // a view: head and done
-    std::string approval;
-  };
-  std::vector<Want> wants;
-  for (const std::string& g : gids) wants.push_back({g, ""});
-  for (const std::string& a : approval_ids) wants.push_back({"", a});
-  const size_t per_txn = std::max<size_t>(1, (options_.max_txn_ops - 1) / 2);
-  for (size_t from = 0; from < wants.size(); from += per_txn) {
-    const size_t to = std::min(wants.size(), from + per_txn);
-    pb::TxnRequest txn;
-    for (size_t i = from; i < to; ++i) {
-      if (!wants[i].gid.empty()) {
-        const uint32_t k = ShardOfGid(wants[i].gid, cluster_.shards);
-        AddRange(txn, true, keys_.Head(k, wants[i].gid));
-        AddRange(txn, true, keys_.Done(k, wants[i].gid));
-      } else {
-        AddRange(txn, true, keys_.Approval(wants[i].approval));
-      }
+  std::vector<std::string> keys;  // per gid its head and done, then approvals
+  for (const std::string& gid : gids) {
+    const uint32_t k = ShardOfGid(gid, cluster_.shards);
+    keys.push_back(keys_.Head(k, gid));
+    keys.push_back(keys_.Done(k, gid));
+  }
+  for (const std::string& a : approval_ids) keys.push_back(keys_.Approval(a));
+  std::vector<pb::TxnResponse> pages;
+  std::vector<const mvccpb::KeyValue*> kvs;
+  if (absl::Status s = ReadKeys(keys, pages, kvs); !s.ok()) return s;
+  size_t at = 0;
+  for (const std::string& gid : gids) {
+    View view;
+    const mvccpb::KeyValue* head = kvs[at++];
+    const mvccpb::KeyValue* done = kvs[at++];
+    if (head != nullptr) {
+      absl::StatusOr<HeadValue> h =
+          internal::DecodeHead(head->value(), head->key());
+      if (!h.ok()) return h.status();
+      view.head = true;
+      view.head_mod_revision = head->mod_revision();
+      view.record_count = h->record_count;
+      view.summary = std::move(h->summary);
+    } else if (done != nullptr) {
+      absl::StatusOr<CompactEntry> e =
+          internal::DecodeCompact(done->value(), done->key());
+      if (!e.ok()) return e.status();
+      view.finished = true;
+      view.summary = std::move(e->summary);
+      absl::StatusOr<TxnLog> full = archive_->Get(gid);
+      view.summary.compacted = !(full.ok() && full->summary.created_at_ms ==
+                                                  view.summary.created_at_ms);
     }
-    absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn);
-    if (!r.ok()) return r.status();
-    if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
-    int op = 0;
-    for (size_t i = from; i < to; ++i) {
-      if (!wants[i].gid.empty()) {
-        View view;
-        const mvccpb::KeyValue* head = FirstKv(r->responses(op++));
-        const mvccpb::KeyValue* done = FirstKv(r->responses(op++));
-        if (head != nullptr) {
-          absl::StatusOr<HeadValue> h =
-              internal::DecodeHead(head->value(), head->key());
-          if (!h.ok()) return h.status();
-          view.head = true;
-          view.head_mod_revision = head->mod_revision();
-          view.record_count = h->record_count;
-          view.summary = std::move(h->summary);
-        } else if (done != nullptr) {
-          absl::StatusOr<CompactEntry> e =
-              internal::DecodeCompact(done->value(), done->key());
-          if (!e.ok()) return e.status();
-          view.finished = true;
-          view.summary = std::move(e->summary);
-          absl::StatusOr<TxnLog> full = archive_->Get(wants[i].gid);
-          view.summary.compacted =
-              !(full.ok() &&
-                full->summary.created_at_ms == view.summary.created_at_ms);
-        }
-        std::lock_guard<std::mutex> lock(mu_);
-        views_.emplace(wants[i].gid, std::move(view));
-      } else {
-        internal::ApprovalState a;
-        if (const mvccpb::KeyValue* kv = FirstKv(r->responses(op++))) {
-          absl::StatusOr<Approval> got = internal::DecodeApproval(kv->value());
-          if (!got.ok()) return got.status();
-          a.approval = *std::move(got);
-          a.mod_revision = kv->mod_revision();
-        }
-        approvals[wants[i].approval] = std::move(a);
-      }
+    std::lock_guard<std::mutex> lock(mu_);
+    views_.emplace(gid, std::move(view));
+  }
+  for (const std::string& id : approval_ids) {
+    internal::ApprovalState a;
+    if (const mvccpb::KeyValue* kv = kvs[at++]) {
+      absl::StatusOr<Approval> got = internal::DecodeApproval(kv->value());
+      if (!got.ok()) return got.status();
+      a.approval = *std::move(got);
+      a.mod_revision = kv->mod_revision();
     }
+    approvals[id] = std::move(a);
   }
   return absl::OkStatus();
 }
@@ -1375,13 +1387,16 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   // 3. Finishing ones registered in this group: their full record to the
   // archive now (etcd has none of it). The others' comes back from the
   // finishing Txn itself (its delete of their records returns them), below.
-  for (const auto& [gid, w] : group.writes()) {
-    if (w.finishes && w.registers) {
-      absl::Status s = archive_->Put(TxnLog{w.summary, w.records});
-      (void)s;  // the archive may be lost with the node (see the header)
+  {
+    std::vector<TxnLog> registered_and_finished;
+    for (const auto& [gid, w] : group.writes()) {
+      if (w.finishes && w.registers) {
+        registered_and_finished.push_back(TxnLog{w.summary, w.records});
+      }
     }
+    // The archive may be lost with the node (see the header).
+    (void)archive_->PutAll(registered_and_finished);
   }
-  if (group.empty()) return;
 
   // 4. Send until etcd answers.
   internal::Fences fences{&epochs, keys_.QuotaProbe(options_.node_id)};
@@ -1655,46 +1670,32 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     // After a resend, the keys also say whether an earlier copy of the
     // Txn committed the gid (outcome unknown until then: read until etcd
     // answers).
-    std::vector<const mvccpb::KeyValue*> got(failed.size() * 3, nullptr);
-    const size_t per_txn = std::max<size_t>(1, options_.max_txn_ops / 3);
-    std::vector<pb::TxnResponse> reads;  // `got` points into them
-    reads.reserve((failed.size() + per_txn - 1) / per_txn);
+    std::vector<std::string> keys;  // per gid its head, done and horizon
+    for (const internal::GidWrite* w : failed) {
+      keys.push_back(keys_.Head(w->shard, w->gid));
+      keys.push_back(keys_.Done(w->shard, w->gid));
+      keys.push_back(keys_.Horizon(w->shard));
+    }
+    std::vector<pb::TxnResponse> pages;
+    std::vector<const mvccpb::KeyValue*> got;
     int64_t read_backoff = options_.resend_backoff_ms;
-    for (size_t from = 0; from < failed.size(); from += per_txn) {
-      const size_t to = std::min(failed.size(), from + per_txn);
-      pb::TxnRequest read;
-      for (size_t i = from; i < to; ++i) {
-        const internal::GidWrite& w = *failed[i];
-        AddRange(read, true, keys_.Head(w.shard, w.gid));
-        AddRange(read, true, keys_.Done(w.shard, w.gid));
-        AddRange(read, true, keys_.Horizon(w.shard));
-      }
-      absl::StatusOr<pb::TxnResponse> rr;
-      while (true) {
-        rr = options_.client->Txn(read);
-        if (rr.ok() || Stopping()) break;
-        WaitBackoff(read_backoff);
-      }
-      if (!rr.ok()) {
-        for (size_t i = from; i < failed.size(); ++i) {
-          for (size_t item : failed[i]->items) {
-            Complete(items[item],
-                     absl::UnavailableError(absl::StrCat(
-                         "the etcd log closed before it could read why "
-                         "etcd refused this append (",
-                         rr.status().message(), ")")));
-          }
-        }
-        failed.resize(from);
-        break;
-      }
-      reads.push_back(*std::move(rr));
-      for (size_t i = from; i < to; ++i) {
-        for (int k = 0; k < 3; ++k) {
-          got[i * 3 + k] = FirstKv(
-              reads.back().responses(static_cast<int>((i - from) * 3 + k)));
+    absl::Status read;
+    while (true) {
+      read = NoteFatal(ReadKeys(keys, pages, got));
+      if (read.ok() || absl::IsDataLoss(read) || Stopping()) break;
+      WaitBackoff(read_backoff);
+    }
+    if (!read.ok()) {
+      for (const internal::GidWrite* w : failed) {
+        for (size_t item : w->items) {
+          Complete(items[item],
+                   absl::UnavailableError(absl::StrCat(
+                       "the etcd log closed before it could read why etcd "
+                       "refused this append (",
+                       read.message(), ")")));
         }
       }
+      failed.clear();
     }
     for (size_t i = 0; i < failed.size(); ++i) {
       internal::GidWrite& w = *failed[i];
