@@ -132,9 +132,14 @@ EOF
   local n1=127.0.0.1:${node_ports[0]} n3=127.0.0.1:${node_ports[2]}
   local ctl=("$bin_ctl" --addr "$n1" --token-file "$tokens")
   local rc=0
-  # Until the shards have settled on their assigned nodes (hand-overs).
-  for i in $(seq 1 50); do
-    if ! "${ctl[@]}" cluster | grep -q 'moving to their assigned'; then break; fi
+  # Until the shards have settled on their assigned nodes (hand-overs:
+  # a shard released by one node is unowned until the next takes it).
+  for i in $(seq 1 100); do
+    if "${ctl[@]}" cluster >"$demo_dir/cluster.txt" 2>&1 &&
+      grep -q '^unowned: 0' "$demo_dir/cluster.txt" &&
+      ! grep -q 'moving to their assigned' "$demo_dir/cluster.txt"; then
+      break
+    fi
     sleep 0.1
   done
   echo "etcd: 3 members on $endpoints"
