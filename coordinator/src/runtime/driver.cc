@@ -12,7 +12,6 @@
 #include <unordered_set>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "core/admission.h"
 #include "runtime/memory_budget.h"
@@ -687,17 +686,13 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   void HandleEvent(size_t s, const std::string& gid, bool creates, Event event,
                    RequestId rid, ReplyDone done, bool may_read_blind) {
     if (absl::Status st = Admissible(gid, event); !st.ok()) return done(st);
-    int64_t reserved = 0;
-    if (absl::Status st = FitsMemory(event, &reserved); !st.ok()) {
-      return done(st);
-    }
     // The room admitted stays reserved until this event's own charges are
-    // in (the owner, the registration on its way to the WAL: both made
-    // before this returns), so admissions on other shards cannot pass on it
-    // meanwhile.
-    absl::Cleanup unreserve = [this, reserved] {
-      budget_->Unreserve(static_cast<uint64_t>(reserved));
-    };
+    // in (the owner, the registration on its way to the WAL: both made on
+    // this thread before this returns, and taken from it), so admissions on
+    // other shards cannot pass on it meanwhile.
+    const int64_t need = AdmissionNeed(event);
+    MemoryBudget::Reservation reserved(*budget_, static_cast<uint64_t>(need));
+    if (!reserved.ok()) return done(NoRoom(need));
     wal::TxnSummary compact;
     const wal::TxnSummary* summary = nullptr;
     const bool registers = std::holds_alternative<core::SubmitEvent>(event) ||
@@ -785,23 +780,22 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     return absl::OkStatus();
   }
 
-  // A new transaction, or an interactive Try's branch, must fit the memory
-  // budget (DriverOptions::max_in_flight_bytes); what it needs is reserved
-  // (`*reserved`; the caller unreserves it).
-  absl::Status FitsMemory(const Event& event, int64_t* reserved) {
+  // What a new transaction, or an interactive Try's branch, must find room
+  // for in the memory budget (DriverOptions::max_in_flight_bytes) to be
+  // admitted; 0 for every other event.
+  static int64_t AdmissionNeed(const Event& event) {
     std::vector<const wal::BranchSpec*> branches;
     if (const auto* e = std::get_if<core::SubmitEvent>(&event)) {
       for (const auto& b : e->spec.branches) branches.push_back(&b);
     } else if (const auto* e = std::get_if<core::TryEvent>(&event)) {
       branches.push_back(&e->branch);
     } else if (!std::holds_alternative<core::BeginEvent>(event)) {
-      return absl::OkStatus();
+      return 0;
     }
-    const int64_t need = AdmissionBytes(branches);
-    if (budget_->TryReserve(static_cast<uint64_t>(need))) {
-      *reserved = need;
-      return absl::OkStatus();
-    }
+    return AdmissionBytes(branches);
+  }
+
+  absl::Status NoRoom(int64_t need) const {
     return absl::ResourceExhaustedError(
         absl::StrCat("tccd holds ", budget_->used() >> 20,
                      " MiB of transaction state "

@@ -1,5 +1,6 @@
 #include "runtime/memory_budget.h"
 
+#include <algorithm>
 #include <variant>
 
 namespace tcc::runtime {
@@ -39,6 +40,40 @@ int64_t RecordBytes(const std::vector<wal::Record>& records) {
     }
   }
   return n;
+}
+
+namespace {
+// The innermost live reservation made on this thread (of any budget).
+thread_local MemoryBudget::Reservation* current_reservation = nullptr;
+}  // namespace
+
+MemoryBudget::Reservation::Reservation(MemoryBudget& budget, uint64_t bytes) {
+  if (!budget.Claim(bytes)) return;
+  budget_ = &budget;
+  left_ = static_cast<int64_t>(bytes);
+  outer_ = current_reservation;
+  current_reservation = this;
+}
+
+MemoryBudget::Reservation::~Reservation() {
+  if (budget_ == nullptr) return;
+  budget_->claimed_.fetch_sub(left_);
+  current_reservation = outer_;
+}
+
+void MemoryBudget::Charge(int64_t delta) {
+  used_.fetch_add(delta, std::memory_order_relaxed);
+  int64_t claim = delta;
+  if (delta > 0) {
+    for (Reservation* r = current_reservation; r != nullptr; r = r->outer_) {
+      if (r->budget_ != this) continue;
+      const int64_t take = std::min(r->left_, claim);
+      r->left_ -= take;
+      claim -= take;
+      break;
+    }
+  }
+  if (claim != 0) claimed_.fetch_add(claim);
 }
 
 int64_t AdmissionBytes(const std::vector<const wal::BranchSpec*>& branches) {

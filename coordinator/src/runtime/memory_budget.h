@@ -43,15 +43,29 @@ class MemoryBudget {
   uint64_t limit() const { return limit_; }
   int64_t used() const { return used_.load(std::memory_order_relaxed); }
 
-  // Admits `bytes` and reserves them, atomically: what an admitted request
-  // will charge as it is applied (Unreserve once it has), counted by every
-  // other admission meanwhile, so that two admissions on two threads cannot
-  // both pass on the same room. False (nothing reserved) when they do not
-  // fit beside what is charged and reserved.
-  bool TryReserve(uint64_t bytes) { return Claim(bytes); }
-  void Unreserve(uint64_t bytes) {
-    claimed_.fetch_sub(static_cast<int64_t>(bytes));
-  }
+  // Room admitted to one request and held for it until the request's own
+  // charges are in, so that two admissions on two threads cannot both pass
+  // on the same room. While it is alive, the positive charges made on the
+  // thread that made it take from it first (they are the room it holds, not
+  // more room); what they did not take goes back when it dies. Neither
+  // copied nor moved: it belongs to its thread's stack.
+  class Reservation {
+   public:
+    // Reserves `bytes` if they fit beside what is charged and reserved
+    // (ok() says whether; nothing reserved otherwise). 0 bytes: ok.
+    Reservation(MemoryBudget& budget, uint64_t bytes);
+    ~Reservation();
+    Reservation(const Reservation&) = delete;
+    Reservation& operator=(const Reservation&) = delete;
+    bool ok() const { return budget_ != nullptr; }
+
+   private:
+    friend class MemoryBudget;
+    MemoryBudget* budget_ = nullptr;  // null: refused
+    int64_t left_ = 0;                // reserved and not yet charged
+    Reservation* outer_ = nullptr;    // this thread's previous one
+  };
+
   // Charges `bytes` if they fit beside what is charged and reserved,
   // atomically; false (nothing charged) otherwise.
   bool TryCharge(uint64_t bytes) {
@@ -64,11 +78,9 @@ class MemoryBudget {
     return limit_ != 0 && used() > static_cast<int64_t>(limit_ / 2);
   }
 
-  // Adds `delta` (negative: a release).
-  void Charge(int64_t delta) {
-    used_.fetch_add(delta, std::memory_order_relaxed);
-    claimed_.fetch_add(delta);
-  }
+  // Adds `delta` (negative: a release). A positive charge takes from this
+  // thread's live reservation of this budget first.
+  void Charge(int64_t delta);
 
  private:
   // Adds `bytes` to claimed_ if it stays within the limit: one CAS, so
@@ -84,10 +96,10 @@ class MemoryBudget {
 
   const uint64_t limit_;
   std::atomic<int64_t> used_{0};  // what is charged (the gauge)
-  // Charged plus reserved: what admissions are checked against. An
-  // admitted request's charges, made under its reservation, count twice
-  // here until it unreserves (so others are refused a moment early, never
-  // admitted late), and so `used_` stays within the limit.
+  // Charged plus reserved and not yet charged: what admissions are checked
+  // against. A request's charges made under its reservation take from it
+  // (counted once), so `used_` stays within the limit and admissions are
+  // refused neither late nor early.
   std::atomic<int64_t> claimed_{0};
 };
 
