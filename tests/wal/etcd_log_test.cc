@@ -454,6 +454,97 @@ TEST_CASE(
   }
 }
 
+// Registers "open" (unfinished) and "done" (finished, its full record in
+// the archive) in `log`.
+void OpenAndDone(Log& log) {
+  REQUIRE(Register(log, "open", 100).ok());
+  REQUIRE(Register(log, "done", 100).ok());
+  REQUIRE(AppendAndWait(log,
+                        Req("done", {MakeDecided(Decision::kCancel),
+                                     MakeFinished(TxnState::kCancelled, 2000)}))
+              .ok());
+}
+
+// Registrations of "open" and "done" with other content, each with the
+// appends its caller would pipeline behind it.
+std::vector<AppendRequest> RegisterAgainAndGoOn() {
+  std::vector<AppendRequest> g;
+  g.push_back(Req("open", {MakeRegistered("open", 200, {"p1", "p2"})}));
+  g.push_back(Req("open", {MakeDecided(Decision::kConfirm)}));
+  g.push_back(Req("done", {MakeRegistered("done", 100, {"p1", "p2"})}));
+  g.push_back(Req("done", {MakeDecided(Decision::kConfirm),
+                           MakeFinished(TxnState::kConfirmed, 3000)}));
+  g.push_back(Req("done", {MakeDecided(Decision::kCancel)}));
+  return g;
+}
+
+// "open" and "done" as OpenAndDone left them (plus `open_records` of open).
+void CheckAsRegistered(Log& log, size_t open_records) {
+  absl::StatusOr<TxnLog> open = log.Read("open");
+  REQUIRE(open.ok());
+  CHECK(open->summary.created_at_ms == 100);
+  CHECK(open->records.size() == open_records);
+  absl::StatusOr<TxnLog> done = log.Read("done");
+  REQUIRE(done.ok());
+  CHECK(done->summary.state == TxnState::kCancelled);
+  CHECK(done->summary.decision == Decision::kCancel);
+  for (const TxnLog* t : {&*open, &*done}) {
+    REQUIRE(!t->records.empty());
+    CHECK(std::get<Registered>(t->records[0]).branches.size() == 1);
+  }
+}
+
+TEST_CASE(
+    "appends behind a registration etcd refuses: refused if it was blind, "
+    "else judged as the other logs judge them") {
+  // A group may carry, behind a registration, the gid's next appends. When
+  // etcd refuses the registration (the gid exists), a blind one's followers
+  // (its caller's, for another transaction) are refused with nothing
+  // written; when the gid was not read blind, the log reads it first and
+  // answers every append as the memory log does. Before: every append of a
+  // registration taken as absent (blind or not) was answered with the
+  // registration's ALREADY_EXISTS, the deferred ones ABORTED
+  // (wal_conformance_test once saw that where the model answered
+  // FAILED_PRECONDITION), and a registered-and-finished attempt overwrote
+  // the archive's full record of the finished gid.
+  EtcdHarness h(RetentionPolicy{});
+  OpenAndDone(h.log());
+  SECTION("after a blind read") {
+    h.Reopen();  // no views
+    for (const std::string gid : {"open", "done"}) {
+      bool blind = false;
+      (void)h.log().ReadForCreate(gid, &blind);
+      REQUIRE(blind);
+    }
+    std::vector<absl::Status> got = AppendAll(h.log(), RegisterAgainAndGoOn());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("append " << i << ": " << got[i].ToString());
+      CHECK((i == 0 || i == 2 ? absl::IsAlreadyExists(got[i])
+                              : absl::IsAborted(got[i])));
+    }
+    CheckAsRegistered(h.log(), 1);
+  }
+  SECTION("without one") {
+    std::unique_ptr<LogHarness> model =
+        LogFactories()[0].make(RetentionPolicy{});
+    REQUIRE(LogFactories()[0].name == "memory");
+    OpenAndDone(model->log());
+    h.Reopen();  // no views
+    std::vector<absl::Status> got = AppendAll(h.log(), RegisterAgainAndGoOn());
+    std::vector<absl::Status> want =
+        AppendAll(model->log(), RegisterAgainAndGoOn());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("append " << i << ": " << got[i].ToString()
+                     << "; the memory log: " << want[i].ToString());
+      CHECK(got[i].code() == want[i].code());
+    }
+    CHECK(got[1].ok());  // the open transaction's decision
+    CHECK(absl::IsFailedPrecondition(got[3]));  // decided Cancel already
+    CheckAsRegistered(h.log(), 2);
+    CheckAsRegistered(model->log(), 2);
+  }
+}
+
 TEST_CASE("a registration too large for one etcd request is INVALID_ARGUMENT") {
   EtcdHarness h(RetentionPolicy{},
                 EtcdHarnessOptions{.endpoints = {},

@@ -385,6 +385,10 @@ class EtcdLog::Impl {
   absl::Status ReadKeys(const std::vector<std::string>& keys,
                         std::vector<pb::TxnResponse>& pages,
                         std::vector<const mvccpb::KeyValue*>& kvs);
+  // A gid's view from its head and compact entry as read (null: absent).
+  absl::StatusOr<View> ViewOf(const std::string& gid,
+                              const mvccpb::KeyValue* head,
+                              const mvccpb::KeyValue* done);
   // Loads the views of `gids` (and the approvals `approval_ids`) from etcd.
   absl::Status Prefetch(const std::vector<std::string>& gids,
                         const std::set<std::string>& approval_ids,
@@ -422,6 +426,25 @@ class EtcdLog::Impl {
   // The node's lease (options.lease_id, then SetLease's).
   std::atomic<int64_t> lease_id_;
   std::unordered_map<std::string, View> views_;
+  // Gids ReadForCreate answered blind, and when (boot clock): only their
+  // registrations are taken as absent. Forgotten once a registration is
+  // processed or after kBlindKeptMs (the gid is then read first).
+  static constexpr int64_t kBlindKeptMs = 10000;
+  void NoteBlindLocked(std::string gid) {
+    const int64_t now = etcd::SystemBootClock::Default().NowMs();
+    while (!blind_order_.empty() &&
+           now - blind_order_.front().first > kBlindKeptMs) {
+      auto b = blind_.find(blind_order_.front().second);
+      if (b != blind_.end() && b->second == blind_order_.front().first) {
+        blind_.erase(b);
+      }
+      blind_order_.pop_front();
+    }
+    blind_[gid] = now;
+    blind_order_.emplace_back(now, std::move(gid));
+  }
+  std::unordered_map<std::string, int64_t> blind_;
+  std::deque<std::pair<int64_t, std::string>> blind_order_;
   std::unordered_map<std::string, Held> held_;
   std::deque<std::pair<int64_t, std::string>> held_order_;  // since, gid
   size_t held_count_ = 0;                                   // appends
@@ -601,6 +624,7 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadForCreate(std::string_view gid,
     std::lock_guard<std::mutex> lock(mu_);
     if (views_.find(std::string(gid)) == views_.end()) {
       *blind = true;
+      NoteBlindLocked(std::string(gid));
       return absl::NotFoundError(absl::StrCat(
           "gid ", std::string(gid),
           " not read: its registration checks etcd (blind create)"));
@@ -1055,6 +1079,31 @@ absl::Status EtcdLog::Impl::ReadKeys(
   return absl::OkStatus();
 }
 
+absl::StatusOr<EtcdLog::Impl::View> EtcdLog::Impl::ViewOf(
+    const std::string& gid, const mvccpb::KeyValue* head,
+    const mvccpb::KeyValue* done) {
+  View view;
+  if (head != nullptr) {
+    absl::StatusOr<HeadValue> h =
+        internal::DecodeHead(head->value(), head->key());
+    if (!h.ok()) return h.status();
+    view.head = true;
+    view.head_mod_revision = head->mod_revision();
+    view.record_count = h->record_count;
+    view.summary = std::move(h->summary);
+  } else if (done != nullptr) {
+    absl::StatusOr<CompactEntry> e =
+        internal::DecodeCompact(done->value(), done->key());
+    if (!e.ok()) return e.status();
+    view.finished = true;
+    view.summary = std::move(e->summary);
+    absl::StatusOr<TxnLog> full = archive_->Get(gid);
+    view.summary.compacted = !(full.ok() && full->summary.created_at_ms ==
+                                                view.summary.created_at_ms);
+  }
+  return view;
+}
+
 absl::Status EtcdLog::Impl::Prefetch(
     const std::vector<std::string>& gids,
     const std::set<std::string>& approval_ids,
@@ -1071,29 +1120,12 @@ absl::Status EtcdLog::Impl::Prefetch(
   if (absl::Status s = ReadKeys(keys, pages, kvs); !s.ok()) return s;
   size_t at = 0;
   for (const std::string& gid : gids) {
-    View view;
     const mvccpb::KeyValue* head = kvs[at++];
     const mvccpb::KeyValue* done = kvs[at++];
-    if (head != nullptr) {
-      absl::StatusOr<HeadValue> h =
-          internal::DecodeHead(head->value(), head->key());
-      if (!h.ok()) return h.status();
-      view.head = true;
-      view.head_mod_revision = head->mod_revision();
-      view.record_count = h->record_count;
-      view.summary = std::move(h->summary);
-    } else if (done != nullptr) {
-      absl::StatusOr<CompactEntry> e =
-          internal::DecodeCompact(done->value(), done->key());
-      if (!e.ok()) return e.status();
-      view.finished = true;
-      view.summary = std::move(e->summary);
-      absl::StatusOr<TxnLog> full = archive_->Get(gid);
-      view.summary.compacted = !(full.ok() && full->summary.created_at_ms ==
-                                                  view.summary.created_at_ms);
-    }
+    absl::StatusOr<View> view = ViewOf(gid, head, done);
+    if (!view.ok()) return view.status();
     std::lock_guard<std::mutex> lock(mu_);
-    views_.emplace(gid, std::move(view));
+    views_.emplace(gid, *std::move(view));
   }
   for (const std::string& id : approval_ids) {
     internal::ApprovalState a;
@@ -1128,10 +1160,11 @@ void NamedApprovals(const AppendRequest& r, std::set<std::string>& out) {
 
 void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   // 1. Which shards are ours, which views and approvals to read first. A
-  // gid without a view whose first append here registers it is not read:
-  // it is taken as absent, and the registration's compare (head and compact
-  // entry absent) refuses it, ALREADY_EXISTS, if it exists after all (the
-  // caller then reads it: Driver's Unblind). Most new gids are new.
+  // gid without a view whose first append here registers it, and which
+  // ReadForCreate answered blind, is not read: it is taken as absent, and
+  // the registration's compare (head and compact entry absent) refuses it,
+  // ALREADY_EXISTS, if it exists after all (the caller then reads it:
+  // Driver's Unblind). Most new gids are new. Any other gid is read.
   std::vector<std::string> missing;
   std::set<std::string> taken_as_absent;
   std::set<std::string> approval_ids;
@@ -1145,7 +1178,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       if (!shards_[k].owned || shards_[k].lost) continue;  // answered below
       auto v = views_.find(gid);
       if (v == views_.end() && seen.insert(gid).second) {
-        if (internal::Registers(item.append)) {
+        if (internal::Registers(item.append) && blind_.erase(gid) > 0) {
           taken_as_absent.insert(gid);
         } else {
           missing.push_back(gid);
@@ -1385,13 +1418,18 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   if (group.empty()) return;
 
   // 3. Finishing ones registered in this group: their full record to the
-  // archive now (etcd has none of it). The others' comes back from the
+  // archive now (etcd has none of it), unless the archive holds one of the
+  // gid already (then the registration is most likely refused, and the
+  // record is the gid's own: it goes after the commit if it commits). A
+  // refused one's is erased again. The others' comes back from the
   // finishing Txn itself (its delete of their records returns them), below.
+  std::set<std::string> archived_early;
   {
     std::vector<TxnLog> registered_and_finished;
     for (const auto& [gid, w] : group.writes()) {
-      if (w.finishes && w.registers) {
+      if (w.finishes && w.registers && !archive_->Get(gid).ok()) {
         registered_and_finished.push_back(TxnLog{w.summary, w.records});
+        archived_early.insert(gid);
       }
     }
     // The archive may be lost with the node (see the header).
@@ -1550,6 +1588,8 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
         full.summary = w.summary;
         to_archive.push_back(std::move(full));
       }
+    } else if (archived_early.count(w.gid) == 0) {
+      to_archive.push_back(TxnLog{w.summary, w.records});
     }
     finished_later.emplace_back(&w, mod_revision);
   };
@@ -1600,7 +1640,44 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
             std::max(shards_[w.shard].horizon_ms.load(), *h);
       }
     }
-    if (absl::IsAborted(why) || absl::IsAlreadyExists(why)) {
+    if (archived_early.count(w.gid) > 0) (void)archive_->Erase(w.gid);
+    if (w.registers && taken_as_absent.count(w.gid) > 0) {
+      // A blind registration (ReadForCreate): the gid's appends behind it
+      // were its caller's, for the transaction it registered, which is not
+      // the one in etcd. They are refused, nothing written (log.h).
+      Complete(items[w.items[0]], why);
+      const absl::Status behind = absl::AbortedError(absl::StrCat(
+          "gid ", w.gid,
+          ": planned on a registration etcd refused (the gid exists); "
+          "nothing written, read it again"));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        views_[w.gid].stale = true;  // so are the ones queued behind
+      }
+      for (size_t i = 1; i < w.items.size(); ++i) {
+        Complete(items[w.items[i]], behind);
+      }
+      return;
+    }
+    if (w.registers) {
+      // Only the registration (the write's first append) is answered
+      // `why`: the gid's appends merged behind it are judged again, next
+      // group, against the keys just read, as the other logs judge them.
+      Complete(items[w.items[0]], why);
+      absl::StatusOr<View> view = ViewOf(w.gid, head, done);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!view.ok()) {
+        views_[w.gid].stale = true;  // read again before any other append
+      } else if (w.items.size() > 1) {
+        views_[w.gid] = *std::move(view);
+      } else if (!view->head) {
+        views_.erase(w.gid);  // only unfinished gids' views are kept
+      } else {
+        views_[w.gid] = *std::move(view);
+      }
+      return;
+    }
+    if (absl::IsAborted(why)) {
       std::lock_guard<std::mutex> lock(mu_);
       views_[w.gid].stale = true;
     }

@@ -215,9 +215,11 @@ class Log {
   // without asking it (`*blind` true) for a gid it holds no view of, while
   // the store answered it within kBlindCreateWindowMs: the registration's
   // own check then finds a gid that existed after all, and that append
-  // fails ALREADY_EXISTS or ABORTED with nothing written; the caller then
-  // reads with Read. Most new gids are new, so the store is not asked for
-  // them at all.
+  // fails ALREADY_EXISTS or ABORTED with nothing written, as do (ABORTED)
+  // the gid's appends issued behind it before its answer, which were meant
+  // for the transaction it registered; the caller then reads with Read.
+  // Only a registration after a blind answer skips the read. Most new gids
+  // are new, so the store is not asked for them at all.
   static constexpr int64_t kBlindCreateWindowMs = 1000;
   [[nodiscard]] virtual absl::StatusOr<TxnLog> ReadForCreate(
       std::string_view gid, bool* blind) {
