@@ -78,6 +78,14 @@
 #                      tcc-bench: cluster_tps_1=N cluster_tps_2=N
 #                        cluster_tps_3=N rocksdb_tps=N etcd_txns_per_tx_3=N
 #                        errors=N
+#   --payload-rounds N instead of the set above: N runs of tccd, then N of
+#                      the baseline, at C=64 with 2 branches of 16 KiB
+#                      payloads (one stack each, so tccd's WAL ages from
+#                      run to run); every run in the table, medians
+#                      reported; the last line is
+#                      tcc-bench-payload: tccd_tps=N baseline_tps=N ratio=N
+#                        tccd_cpu_ms_per_tx=N errors=N
+#                      (ratio: the median of round i's tccd / baseline)
 #
 # Everything runs on 127.0.0.1 with ports picked by the OS; every process
 # started here is stopped on exit (also on error or Ctrl-C), and every step
@@ -106,6 +114,7 @@ python_store=sqlite
 etcd_mode=0
 etcd_members=3
 etcd_rounds=1
+payload_rounds=0
 python_http_batch=on
 cluster_mode=0
 while [[ $# -gt 0 ]]; do
@@ -128,6 +137,7 @@ while [[ $# -gt 0 ]]; do
     --cluster) cluster_mode=1 ;;
     --etcd-members) etcd_members=$2; shift ;;
     --etcd-rounds) etcd_rounds=$2; shift ;;
+    --payload-rounds) payload_rounds=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -1061,6 +1071,57 @@ if [[ $cluster_mode == 1 ]]; then
   echo "tcc-bench: cluster_tps_1=${c_tps[1]} cluster_tps_2=${c_tps[2]}" \
        "cluster_tps_3=${c_tps[3]} rocksdb_tps=$rocksdb_tps" \
        "etcd_txns_per_tx_3=${etcd_txns_per_tx_3:-0} errors=$total_errors"
+  exit 0
+fi
+
+if [[ $payload_rounds -gt 0 ]]; then
+  # One tccd stack for all its rounds, so that its WAL ages as a
+  # coordinator's does (the later rounds flush and compact what the earlier
+  # ones wrote, as in the full set, whose 16 KiB run comes after eight
+  # others); then one baseline stack for as many rounds.
+  pt_all=() pb_all=() pr_all=() pc_all=()
+  if ! start_tccd_stack normal; then
+    echo "bench.sh: tccd and the bank participants are not available" >&2
+    exit 1
+  fi
+  for round in $(seq "$payload_rounds"); do
+    run_bench "tccd: C=64, 16 KiB payloads (round $round of $payload_rounds)" \
+      "$tccd_target" "$tccd_pids" "$tccd_roles" --concurrency 64 \
+      --branches 2 --payload-bytes 16384
+    pt_all+=("$r_tps")
+    pc=$(sed -n 's/^tccd \([^,]*\).*/\1/p' <<<"$r_cpu")
+    pc_all+=("${pc:-0}")
+  done
+  cleanup
+  start_baseline
+  for round in $(seq "$payload_rounds"); do
+    run_bench "baseline: C=64, 16 KiB payloads (round $round of $payload_rounds)" \
+      "$baseline_target" "$baseline_pids" "$baseline_roles" \
+      --concurrency 64 --branches 2 --payload-bytes 16384
+    pb_all+=("$r_tps")
+    pr_all+=("$(awk -v t="${pt_all[$((round - 1))]}" -v b="$r_tps" \
+      'BEGIN { if (t > 0 && b > 0) printf "%.3f", t / b; else print 0 }')")
+  done
+  cleanup
+  p_tps=$(median3 "${pt_all[@]}") p_base=$(median3 "${pb_all[@]}")
+  p_ratio=$(median3 "${pr_all[@]}") p_cpu=$(median3 "${pc_all[@]}")
+  rounds_note=""
+  for i in "${!pt_all[@]}"; do
+    rounds_note+="${pt_all[$i]} / ${pb_all[$i]} = ${pr_all[$i]}; "
+  done
+  mkdir -p "$(dirname "$out")"
+  {
+    echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${table_rows[@]}"
+    echo
+    echo "Rounds (tccd / baseline tx/s at C=64, 2 branches of 16 KiB): ${rounds_note}medians: $p_tps / $p_base tx/s, ratio $p_ratio; tccd's CPU per transaction $p_cpu ms (median)."
+    echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); CPU time stolen by the hypervisor over the whole set: $(steal_pct "$ticks_start" "$(cpu_ticks)")%."
+    echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback; tccd with $tccd_config (fsync on), banks on the RocksDB barrier (synced)."
+  } | tee "$out"
+  echo "bench.sh: table written to $out; logs in $run_dir" >&2
+  echo "tcc-bench-payload: tccd_tps=$p_tps baseline_tps=$p_base" \
+       "ratio=$p_ratio tccd_cpu_ms_per_tx=$p_cpu errors=$total_errors"
   exit 0
 fi
 
