@@ -811,6 +811,17 @@ ticks_start=$(cpu_ticks)
 # median V...: the median of the values.
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 # The same to three decimals (ratios, calls per transaction).
+# table_lines: the Markdown table of every run so far (header and rows).
+table_lines() {
+  echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${table_rows[@]}"
+}
+# machine_line [CORES]: the machine, its load before and now, CPU stolen.
+machine_line() {
+  echo "Machine: ${1:-$(nproc)} cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); CPU time stolen by the hypervisor over the whole set: $(steal_pct "$ticks_start" "$(cpu_ticks)")%."
+}
+
 median3() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 if [[ $python_banks == 1 ]]; then
@@ -852,12 +863,10 @@ if [[ $python_banks == 1 ]]; then
   ratio=$(awk -v h="$h" -v g="$g" 'BEGIN { if (h > 0 && g > 0) printf "%.3f", h / g; else print 0 }')
   mkdir -p "$(dirname "$out")"
   {
-    echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
-    printf '%s\n' "${table_rows[@]}"
+    table_lines
     echo
     echo "Medians of $python_rounds alternating rounds: Python banks over HTTP (batch $python_http_batch) $h tx/s (p50 $(median "${http_p50[@]}") ms, p99 $(median "${http_p99[@]}") ms), over gRPC $g tx/s (p50 $(median "${grpc_p50[@]}") ms, p99 $(median "${grpc_p99[@]}") ms): HTTP/gRPC $ratio. C++ banks: $cpp_tps tx/s."
-    echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); CPU time stolen by the hypervisor over the whole set: $(steal_pct "$ticks_start" "$(cpu_ticks)")%."
+    machine_line
     echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback; tccd with $tccd_config."
   } | tee "$out"
   echo "bench.sh: table written to $out; logs in $run_dir" >&2
@@ -950,12 +959,10 @@ if [[ $etcd_mode == 1 ]]; then
   fi
   mkdir -p "$(dirname "$out")"
   {
-    echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
-    printf '%s\n' "${table_rows[@]}"
+    table_lines
     echo
     echo "tccd on etcd against tccd on RocksDB at C=64: $etcd_tps / $rocksdb_tps tx/s = $etcd_ratio (p50 $etcd_p50 / $rocksdb_p50 ms, p99 $etcd_p99 / $rocksdb_p99 ms); at C=1: $etcd_single_tps / $rocksdb_single_tps tx/s (p50 $etcd_single_p50 / $rocksdb_single_p50 ms, p99 $etcd_single_p99 / $rocksdb_single_p99 ms). etcd's group commit (counted from tccd's /metrics, warm-up included): $etcd_note"
-    echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); CPU time stolen by the hypervisor over the whole set: $(steal_pct "$ticks_start" "$(cpu_ticks)")%."
+    machine_line
     echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback; tccd with $tccd_config (fsync on; on etcd with its cluster section replaced: one node, 64 shards), banks on the RocksDB barrier (synced), etcd $(/usr/bin/etcd --version 2>/dev/null | sed -n 's/^etcd Version: //p') with $etcd_members members on this machine (scripts/etcd.sh: fsync on)."
   } | tee "$out"
   echo "bench.sh: table written to $out; logs in $run_dir" >&2
@@ -1052,9 +1059,7 @@ if [[ $cluster_mode == 1 ]]; then
   paper_note="On paper, 3 nodes on 3 machines of $cores cores each, machine i running node i and etcd member i, the banks and the load generator elsewhere, from the 3-node C=64 CPU figures (all 3 nodes $paper_nsum, all 3 members $paper_esum CPU-s per 1,000 tx; the busiest node $paper_node, the busiest member $paper_who $paper_member: every node's client talks to the first endpoint, m1, which serves every call and forwards writes to the leader): the machine with the busiest node and member saturates at $cores / ($paper_node + $paper_member) x 1,000 = $paper_tps tx/s; with each node's client on its own machine's member (etcd's work spread evenly) $cores / (($paper_nsum + $paper_esum) / 3) x 1,000 = $paper_even_tps tx/s. etcd on 3 machines of its own would bound it at $paper_etcd_tps tx/s (its busiest member's CPU), the 3 nodes on theirs at $paper_node_tps tx/s, a bank on a machine of its own at $paper_bank_tps tx/s. CPU ceilings only: a closed loop of 64 callers also needs 64 / p50 tx/s of latency, and each member would fsync its own disk."
   mkdir -p "$(dirname "$out")"
   {
-    echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
-    printf '%s\n' "${table_rows[@]}"
+    table_lines
     echo
     echo "| configuration | C=64 tx/s | p50 ms | p99 ms | C=1 tx/s | p50 ms | p99 ms | group-commit etcd Txns per tx (C=64 / C=1) | all client etcd Txns per tx | appends per group-commit Txn | forwarded calls per tx | CPU s per 1,000 tx at C=64, per process |"
     echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
@@ -1064,7 +1069,7 @@ if [[ $cluster_mode == 1 ]]; then
     echo
     echo "$paper_note"
     echo
-    echo "Machine: $cores cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); CPU time stolen by the hypervisor over the whole set: $(steal_pct "$ticks_start" "$(cpu_ticks)")%."
+    machine_line "$cores"
     echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback; tccd with $tccd_config (fsync on; in cluster mode with its cluster section replaced: 64 shards, lease TTL 5 s, a fresh key prefix per node count), tcc-bench spreading the transactions round-robin over the nodes (one connection each), banks on the RocksDB barrier (synced), etcd $(/usr/bin/etcd --version 2>/dev/null | sed -n 's/^etcd Version: //p') with 3 members on this machine (scripts/etcd.sh: fsync on)."
   } | tee "$out"
   echo "bench.sh: table written to $out; logs in $run_dir" >&2
@@ -1111,12 +1116,10 @@ if [[ $payload_rounds -gt 0 ]]; then
   done
   mkdir -p "$(dirname "$out")"
   {
-    echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
-    printf '%s\n' "${table_rows[@]}"
+    table_lines
     echo
     echo "Rounds (tccd / baseline tx/s at C=64, 2 branches of 16 KiB): ${rounds_note}medians: $p_tps / $p_base tx/s, ratio $p_ratio; tccd's CPU per transaction $p_cpu ms (median)."
-    echo "Machine: $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)), load average before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); CPU time stolen by the hypervisor over the whole set: $(steal_pct "$ticks_start" "$(cpu_ticks)")%."
+    machine_line
     echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback; tccd with $tccd_config (fsync on), banks on the RocksDB barrier (synced)."
   } | tee "$out"
   echo "bench.sh: table written to $out; logs in $run_dir" >&2
@@ -1179,9 +1182,7 @@ ratio=$(awk -v t="$tccd_tps" -v b="$baseline_tps" \
 
 mkdir -p "$(dirname "$out")"
 {
-  echo "| run | tx/s | p50 ms | p99 ms | p99.9 ms | max ms | errors | CPU s per 1,000 tx | load avg (1 min) after | CPU stolen % |"
-  echo "|---|---|---|---|---|---|---|---|---|---|"
-  printf '%s\n' "${table_rows[@]}"
+  table_lines
   echo
   [[ -n $wal_note ]] && echo "$wal_note." && echo
   [[ -n $handoff_note ]] && echo "Thread hand-offs: $handoff_note(a bank handles 2 calls per transaction: its Try and its Confirm)." && echo

@@ -427,8 +427,9 @@ class EtcdLog::Impl {
   std::atomic<int64_t> lease_id_;
   std::unordered_map<std::string, View> views_;
   // Gids ReadForCreate answered blind, and when (boot clock): only their
-  // registrations are taken as absent. Forgotten once a registration is
-  // processed or after kBlindKeptMs (the gid is then read first).
+  // registrations are taken as absent. Forgotten once a registration of
+  // the gid is processed, or when a later blind answer finds it older than
+  // kBlindKeptMs (which bounds the map).
   static constexpr int64_t kBlindKeptMs = 10000;
   void NoteBlindLocked(std::string gid) {
     const int64_t now = etcd::SystemBootClock::Default().NowMs();
@@ -1668,12 +1669,10 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       std::lock_guard<std::mutex> lock(mu_);
       if (!view.ok()) {
         views_[w.gid].stale = true;  // read again before any other append
-      } else if (w.items.size() > 1) {
-        views_[w.gid] = *std::move(view);
-      } else if (!view->head) {
-        views_.erase(w.gid);  // only unfinished gids' views are kept
+      } else if (view->head || w.items.size() > 1) {
+        views_[w.gid] = *std::move(view);  // for the appends judged again
       } else {
-        views_[w.gid] = *std::move(view);
+        views_.erase(w.gid);  // only unfinished gids' views are kept
       }
       return;
     }
