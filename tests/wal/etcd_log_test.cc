@@ -13,6 +13,7 @@
 
 #include "etcd/etcd_codec.h"
 #include "etcd/etcd_keys.h"
+#include "etcd/group_txn.h"
 #include "etcd_fault_proxy.h"
 #include "etcd_test_env.h"
 #include "log_factories.h"
@@ -219,21 +220,34 @@ TEST_CASE("two appends of one gid in one group land in order") {
   }
 }
 
-// The records etcd itself holds for `gid` (not what the log holds back).
-size_t RecordsInEtcd(EtcdHarness& h, const std::string& gid) {
-  const internal::etcd_keys::Layout keys(h.prefix());
-  const std::string rec =
-      keys.RecordPrefix(ShardOfGid(gid, h.etcd_log().shard_count()), gid);
+// The keys under [key, PrefixEnd(key)) in etcd (just `key` if `exact`).
+std::vector<mvccpb::KeyValue> KeysInEtcd(EtcdHarness& h, const std::string& key,
+                                         bool exact = false) {
   pb::RangeRequest r;
-  r.set_key(rec);
-  r.set_range_end(internal::etcd_keys::PrefixEnd(rec));
+  r.set_key(key);
+  if (!exact) r.set_range_end(internal::etcd_keys::PrefixEnd(key));
   absl::StatusOr<pb::RangeResponse> got = h.client().Range(r);
   REQUIRE(got.ok());
+  return {got->kvs().begin(), got->kvs().end()};
+}
+
+// The records etcd itself holds for `gid` (not what the log holds back):
+// its head's inline ones, then its record keys'.
+size_t RecordsInEtcd(EtcdHarness& h, const std::string& gid) {
+  const internal::etcd_keys::Layout keys(h.prefix());
+  const uint32_t k = ShardOfGid(gid, h.etcd_log().shard_count());
+  size_t n = 0;
+  for (const auto& kv : KeysInEtcd(h, keys.Head(k, gid), true)) {
+    absl::StatusOr<internal::HeadValue> head =
+        internal::DecodeHead(kv.value(), kv.key());
+    REQUIRE(head.ok());
+    n += head->inline_records.size();
+  }
   std::vector<Record> records;
-  for (const auto& kv : got->kvs()) {
+  for (const auto& kv : KeysInEtcd(h, keys.RecordPrefix(k, gid))) {
     REQUIRE(internal::DecodeRecordsTo(kv.value(), kv.key(), records).ok());
   }
-  return records.size();
+  return n + records.size();
 }
 
 // A harness whose log holds buffered appends up to `hold_ms`.
@@ -357,6 +371,81 @@ TEST_CASE("a finishing append takes the held ones to the archive") {
   REQUIRE(t->records.size() == 4);  // from the archive, the held one too
   CHECK(std::holds_alternative<PhaseUpdate>(t->records[2]));
   CHECK(std::holds_alternative<Finished>(t->records[3]));
+}
+
+TEST_CASE("a small transaction's records live in its head, then record keys") {
+  EtcdHarness h(RetentionPolicy{});
+  const internal::etcd_keys::Layout keys(h.prefix());
+  const uint32_t k = ShardOfGid("g1", h.etcd_log().shard_count());
+  auto record_keys = [&] {
+    return KeysInEtcd(h, keys.RecordPrefix(k, "g1")).size();
+  };
+  REQUIRE(Register(h.log(), "g1").ok());
+  REQUIRE(AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kConfirm)}))
+              .ok());
+  CHECK(RecordsInEtcd(h, "g1") == 2);
+  CHECK(record_keys() == 0);  // both in the head
+  // Records past the head's limit go under record keys from then on.
+  PhaseUpdate large = MakePhase("b0", PhaseState::kUnknown);
+  large.last_error = std::string(internal::kInlineMaxBytes, 'e');
+  REQUIRE(AppendAndWait(h.log(), Req("g1", {large})).ok());
+  REQUIRE(AppendAndWait(h.log(),
+                        Req("g1", {MakePhase("b0", PhaseState::kSucceeded)}))
+              .ok());
+  CHECK(record_keys() == 2);
+  CHECK(RecordsInEtcd(h, "g1") == 4);
+  // Read, and a new log's scan, see all four in order.
+  auto check = [&](const std::vector<Record>& records) {
+    REQUIRE(records.size() == 4);
+    CHECK(std::holds_alternative<Registered>(records[0]));
+    CHECK(std::holds_alternative<Decided>(records[1]));
+    CHECK(std::get<PhaseUpdate>(records[2]).last_error == large.last_error);
+    CHECK(std::get<PhaseUpdate>(records[3]).state == PhaseState::kSucceeded);
+  };
+  absl::StatusOr<TxnLog> t = h.log().Read("g1");
+  REQUIRE(t.ok());
+  check(t->records);
+  h.Reopen();
+  bool seen = false;
+  REQUIRE(h.etcd_log()
+              .ScanUnfinished(k,
+                              [&](TxnLog txn) {
+                                if (txn.summary.gid != "g1") {
+                                  return absl::OkStatus();
+                                }
+                                seen = true;
+                                check(txn.records);
+                                return absl::OkStatus();
+                              })
+              .ok());
+  CHECK(seen);
+  // The end takes head and record keys to the archive, all of them.
+  REQUIRE(
+      AppendAndWait(h.log(), Req("g1", {MakeFinished(TxnState::kConfirmed, 9)},
+                                 Durability::kBuffered))
+          .ok());
+  CHECK(RecordsInEtcd(h, "g1") == 0);
+  CHECK(record_keys() == 0);
+  t = h.log().Read("g1");
+  REQUIRE(t.ok());
+  REQUIRE(t->records.size() == 5);
+  t->records.pop_back();
+  check(t->records);
+  // A small one ends with its head alone: nothing under rec/ ever.
+  REQUIRE(Register(h.log(), "g2").ok());
+  REQUIRE(
+      AppendAndWait(h.log(), Req("g2", {MakeDecided(Decision::kCancel)})).ok());
+  REQUIRE(
+      AppendAndWait(h.log(), Req("g2", {MakeFinished(TxnState::kCancelled, 9)},
+                                 Durability::kBuffered))
+          .ok());
+  const uint32_t k2 = ShardOfGid("g2", h.etcd_log().shard_count());
+  CHECK(KeysInEtcd(h, keys.RecordPrefix(k2, "g2")).empty());
+  CHECK(KeysInEtcd(h, keys.Head(k2, "g2"), true).empty());
+  t = h.log().Read("g2");
+  REQUIRE(t.ok());
+  CHECK(t->records.size() == 3);
+  CHECK(t->summary.state == TxnState::kCancelled);
 }
 
 TEST_CASE("groups fit --max-txn-ops along the nesting, and requests' bytes") {

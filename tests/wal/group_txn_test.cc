@@ -176,16 +176,8 @@ TEST_CASE("Remove given the gid of the write it removes") {
             .success_size() == 2);
 }
 
-TEST_CASE("a gid's records go under one key, and read back in order") {
-  const etcd_keys::Layout keys("/p/");
-  const std::vector<uint64_t> epochs(2, 9);
-  GroupTxn group(keys, GroupLimits{1024, 4 << 20});
-  GidWrite three = Write(1, "b", false, 3);
-  std::get<PhaseUpdate>(three.records[1]).attempts = 7;
-  const std::vector<Record> written = three.records;
-  group.Put(std::move(three));
-  group.Put(Write(0, "a", true, 1));
-  const pb::TxnRequest txn = group.Build(Fences{&epochs, "/p/quota/n1"});
+// Every key put, at any depth, along success branches, with its value.
+std::map<std::string, std::string> Puts(const pb::TxnRequest& txn) {
   std::map<std::string, std::string> puts;
   std::function<void(const pb::TxnRequest&)> collect =
       [&](const pb::TxnRequest& t) {
@@ -197,6 +189,132 @@ TEST_CASE("a gid's records go under one key, and read back in order") {
         }
       };
   collect(txn);
+  return puts;
+}
+
+// A registration whose record passes kInlineMaxBytes.
+Registered BigRegistered(const std::string& gid) {
+  Registered r = MakeRegistered(gid, 100);
+  r.branches[0].payload = std::string(kInlineMaxBytes, 'p');
+  return r;
+}
+
+// The encoded records of `w`'s append.
+std::vector<std::string> EncodedRecords(const GidWrite& w) {
+  std::vector<std::string> out;
+  for (const Record& r : w.records) out.push_back(EncodeRecord(r));
+  return out;
+}
+
+TEST_CASE("a small transaction's records live in its head until they grow") {
+  const etcd_keys::Layout keys("/p/");
+  const std::vector<uint64_t> epochs(1, 9);
+  auto build = [&](const GidWrite& w) {
+    GroupTxn group(keys, GroupLimits{1024, 4 << 20});
+    group.Put(w);
+    const pb::TxnRequest txn = group.Build(Fences{&epochs, "/p/quota/n1"});
+    // The gid's own level costs what GidCost says.
+    CHECK(
+        EtcdOpsNeeded(txn.success(0).request_txn().success(0).request_txn()) ==
+        GroupTxn::GidCost(w));
+    return txn;
+  };
+  auto head_of = [&](const std::map<std::string, std::string>& puts) {
+    REQUIRE(puts.count(keys.Head(0, "g")) == 1);
+    absl::StatusOr<HeadValue> h = DecodeHead(puts.at(keys.Head(0, "g")), "k");
+    REQUIRE(h.ok());
+    return *h;
+  };
+  // The registration: in the head, no record key.
+  GidWrite reg = Write(0, "g", true, 1);
+  CHECK(RecordsInline(reg));
+  std::map<std::string, std::string> puts = Puts(build(reg));
+  CHECK(puts.size() == 2);  // the head and the quota probe
+  HeadValue h = head_of(puts);
+  CHECK(h.record_count == 1);
+  CHECK(h.inline_records == EncodedRecords(reg));
+  // The next append's records join it there (the head is put anyway).
+  GidWrite next = Write(0, "g", false, 2);
+  next.first_seq = 1;
+  next.inline_before = h.inline_records;
+  CHECK(RecordsInline(next));
+  puts = Puts(build(next));
+  CHECK(puts.size() == 2);
+  h = head_of(puts);
+  CHECK(h.record_count == 3);
+  REQUIRE(h.inline_records.size() == 3);
+  CHECK(h.inline_records[2] == EncodeRecord(next.records[1]));
+  // One that would pass kInlineMaxBytes gets a record key, numbered by its
+  // first record; the head keeps what it holds, and so it stays.
+  GidWrite large = Write(0, "g", false, 1);
+  std::get<PhaseUpdate>(large.records[0]).last_error =
+      std::string(kInlineMaxBytes, 'e');
+  large.first_seq = 3;
+  large.inline_before = h.inline_records;
+  CHECK_FALSE(RecordsInline(large));
+  puts = Puts(build(large));
+  REQUIRE(puts.count(keys.Record(0, "g", 3)) == 1);
+  CHECK(puts.at(keys.Record(0, "g", 3)) == EncodeRecord(large.records[0]));
+  CHECK(head_of(puts).inline_records == h.inline_records);
+  CHECK(head_of(puts).record_count == 4);
+  GidWrite after = Write(0, "g", false, 1);
+  after.first_seq = 4;
+  after.inline_before = h.inline_records;
+  CHECK(HasRecordKeys(after));
+  CHECK_FALSE(RecordsInline(after));
+  CHECK(Puts(build(after)).count(keys.Record(0, "g", 4)) == 1);
+  // The end: the head goes, and the record keys only if there are any.
+  auto deletes = [&](const GidWrite& w) {
+    std::multiset<std::string> written;
+    WrittenKeys(build(w), written);
+    written.erase(keys.Done(0, "g"));
+    written.erase("/p/quota/n1");
+    return written;
+  };
+  GidWrite end = Write(0, "g", false, 1, true);
+  end.first_seq = 3;
+  end.inline_before = h.inline_records;
+  CHECK(deletes(end) == std::multiset<std::string>{keys.Head(0, "g")});
+  end.first_seq = 4;
+  CHECK(deletes(end) == std::multiset<std::string>{keys.Head(0, "g"),
+                                                   keys.RecordPrefix(0, "g")});
+  // Heads with and without records read back; a damaged one is DATA_LOSS.
+  HeadValue plain;
+  plain.record_count = 2;
+  plain.summary.gid = "g";
+  const std::string v1 = EncodeHead(plain);
+  CHECK(v1[0] == 1);  // what the previous version wrote
+  absl::StatusOr<HeadValue> back = DecodeHead(v1, "k");
+  REQUIRE(back.ok());
+  CHECK(back->inline_records.empty());
+  HeadValue with = plain;
+  with.inline_records = EncodedRecords(reg);
+  const std::string v2 = EncodeHead(with);
+  back = DecodeHead(v2, "k");
+  REQUIRE(back.ok());
+  CHECK(back->inline_records == with.inline_records);
+  CHECK(back->record_count == 2);
+  with.record_count = 0;  // more records inline than it has
+  CHECK(absl::IsDataLoss(DecodeHead(EncodeHead(with), "k").status()));
+  std::string bad = v2;
+  bad[1 + 8 + 8 + 4 + 4] ^= 0x7f;  // the inline record's version byte
+  CHECK(absl::IsDataLoss(DecodeHead(bad, "/p/head/0000/g").status()));
+  CHECK(absl::IsDataLoss(DecodeHead(v2.substr(0, 25), "k").status()));
+}
+
+TEST_CASE("a gid's records go under one key, and read back in order") {
+  const etcd_keys::Layout keys("/p/");
+  const std::vector<uint64_t> epochs(2, 9);
+  GroupTxn group(keys, GroupLimits{1024, 4 << 20});
+  GidWrite three = Write(1, "b", false, 3);
+  std::get<PhaseUpdate>(three.records[1]).attempts = 7;
+  const std::vector<Record> written = three.records;
+  group.Put(std::move(three));
+  GidWrite big = Write(0, "big", true, 1);
+  big.records[0] = BigRegistered("big");
+  group.Put(std::move(big));
+  std::map<std::string, std::string> puts =
+      Puts(group.Build(Fences{&epochs, "/p/quota/n1"}));
   // b's three records (numbers 3-5) under rec/.../b/<3>, nothing at 4 or 5.
   REQUIRE(puts.count(keys.Record(1, "b", 3)) == 1);
   CHECK(puts.count(keys.Record(1, "b", 4)) == 0);
@@ -207,8 +325,9 @@ TEST_CASE("a gid's records go under one key, and read back in order") {
     CHECK(EncodeRecord(read[i]) == EncodeRecord(written[i]));
   }
   // A lone record is stored as one record, as the previous version stored
-  // every record: each version's keys read back.
-  CHECK(puts[keys.Record(0, "a", 0)] == EncodeRecord(MakeRegistered("a", 100)));
+  // every record: each version's keys read back. (A registration of this
+  // size lives in its head; one past kInlineMaxBytes gets a record key.)
+  CHECK(puts[keys.Record(0, "big", 0)] == EncodeRecord(BigRegistered("big")));
   read.clear();
   REQUIRE(DecodeRecordsTo(EncodeRecord(written[1]), "k", read).ok());
   REQUIRE(read.size() == 1);

@@ -12,6 +12,7 @@ namespace tcc::wal::internal {
 namespace {
 
 constexpr uint8_t kHeadVersion = 1;
+constexpr uint8_t kHeadInlineVersion = 2;
 constexpr uint8_t kCompactVersion = 1;
 // Not a record format version (record_codec.h's are small numbers).
 constexpr uint8_t kRecordBatch = 0xB0;
@@ -25,16 +26,26 @@ absl::Status Corrupt(std::string_view key, std::string_view what) {
 }  // namespace
 
 std::string EncodeHead(const HeadValue& head) {
-  std::string out(1, static_cast<char>(kHeadVersion));
+  const bool inline_records = !head.inline_records.empty();
+  std::string out(
+      1, static_cast<char>(inline_records ? kHeadInlineVersion : kHeadVersion));
   PutU64(out, head.owner_epoch);
   PutU64(out, head.append_id);
+  if (inline_records) {
+    PutU32(out, static_cast<uint32_t>(head.inline_records.size()));
+    for (const std::string& r : head.inline_records) {
+      PutU32(out, static_cast<uint32_t>(r.size()));
+      out += r;
+    }
+  }
   out += EncodeSummary(head.summary, head.record_count, 0);
   return out;
 }
 
 absl::StatusOr<HeadValue> DecodeHead(std::string_view in,
                                      std::string_view key) {
-  if (in.empty() || static_cast<uint8_t>(in[0]) != kHeadVersion) {
+  const uint8_t version = in.empty() ? 0 : static_cast<uint8_t>(in[0]);
+  if (version != kHeadVersion && version != kHeadInlineVersion) {
     return Corrupt(key, "is not a head of a known version");
   }
   in.remove_prefix(1);
@@ -42,10 +53,28 @@ absl::StatusOr<HeadValue> DecodeHead(std::string_view in,
   if (!GetU64(in, head.owner_epoch) || !GetU64(in, head.append_id)) {
     return Corrupt(key, "is cut short");
   }
+  if (version == kHeadInlineVersion) {
+    uint32_t count = 0;
+    if (!GetU32(in, count) || count == 0) return Corrupt(key, "is cut short");
+    for (uint32_t i = 0; i < count; ++i) {
+      uint32_t size = 0;
+      if (!GetU32(in, size) || in.size() < size) {
+        return Corrupt(key, "is cut short");
+      }
+      if (absl::Status s = DecodeRecord(in.substr(0, size)).status(); !s.ok()) {
+        return Corrupt(key, std::string(s.message()));
+      }
+      head.inline_records.emplace_back(in.substr(0, size));
+      in.remove_prefix(size);
+    }
+  }
   absl::StatusOr<StoredSummary> s = DecodeSummary(in);
   if (!s.ok()) return Corrupt(key, std::string(s.status().message()));
   head.summary = std::move(s->summary);
   head.record_count = s->record_count;
+  if (head.inline_records.size() > head.record_count) {
+    return Corrupt(key, "holds more records than its record count");
+  }
   return head;
 }
 

@@ -5,7 +5,12 @@
 //
 //   head     = u8 version (1), u64 owner_epoch, u64 append_id, summary
 //              (record_codec.h; its record_count is the gid's number of
-//              records, which numbers the next one)
+//              records, which numbers the next one); or, for a head that
+//              holds its transaction's first records itself (inline, see
+//              group_txn.h), u8 version (2), u64 owner_epoch, u64
+//              append_id, u32 count, per record u32 size and the record,
+//              then the summary. Its records are the gid's first ones; its
+//              record keys, if any, hold the rest
 //   records  = one record (record_codec.h: it starts with the record format
 //              version, 1 or 2), or a batch of them: u8 0xB0, u32 count,
 //              then per record u32 size and the record (what one group
@@ -36,7 +41,13 @@ struct HeadValue {
   uint64_t append_id = 0;
   uint64_t record_count = 0;
   TxnSummary summary;
+  // The gid's first records when the head holds them (EncodeRecord of
+  // each; at most record_count of them): numbers 0 to size-1.
+  std::vector<std::string> inline_records;
 };
+// Version 1 when the head holds no records (what the previous version
+// wrote), else version 2. DecodeHead reads both, and checks that every
+// inline record decodes.
 std::string EncodeHead(const HeadValue& head);
 [[nodiscard]] absl::StatusOr<HeadValue> DecodeHead(std::string_view bytes,
                                                    std::string_view key);

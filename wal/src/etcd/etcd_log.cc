@@ -55,6 +55,28 @@ const mvccpb::KeyValue* FirstKv(const pb::ResponseOp& op) {
   return &op.response_range().kvs(0);
 }
 
+// Appends the records of `inline_records` (a head's, checked by DecodeHead)
+// to `out`.
+absl::Status DecodeInline(const std::vector<std::string>& inline_records,
+                          std::vector<Record>& out) {
+  for (const std::string& bytes : inline_records) {
+    absl::StatusOr<Record> r = internal::DecodeRecord(bytes);
+    if (!r.ok()) return r.status();
+    out.push_back(*std::move(r));
+  }
+  return absl::OkStatus();
+}
+absl::Status DecodeInline(const HeadValue& head, std::string_view key,
+                          std::vector<Record>& out) {
+  absl::Status s = DecodeInline(head.inline_records, out);
+  if (!s.ok()) {
+    return absl::DataLossError(absl::StrCat("etcd log: the value of ",
+                                            std::string(key), " ",
+                                            std::string(s.message())));
+  }
+  return s;
+}
+
 // Pages through [key, range_end) at `revision` (0: the current one),
 // calling `each` for every kv. A compacted revision is OUT_OF_RANGE.
 absl::Status RangeAll(
@@ -325,6 +347,9 @@ class EtcdLog::Impl {
     uint64_t record_count = 0;
     TxnSummary summary;
     bool stale = false;  // a compare was refused: ABORTED until a Read
+    // The head's inline records (HeadValue::inline_records): its next
+    // write puts them again (group_txn.h, "Inline records").
+    std::vector<std::string> inline_records;
   };
 
   void Complete(Item& item, absl::Status status) {
@@ -538,6 +563,9 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadEtcd(std::string_view gid_view,
     absl::StatusOr<HeadValue> h =
         internal::DecodeHead(head->value(), head->key());
     if (!h.ok()) return h.status();
+    if (absl::Status s = DecodeInline(*h, head->key(), out.records); !s.ok()) {
+      return s;
+    }
     for (const mvccpb::KeyValue& kv : r->responses(1).response_range().kvs()) {
       if (absl::Status s =
               internal::DecodeRecordsTo(kv.value(), kv.key(), out.records);
@@ -555,6 +583,7 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadEtcd(std::string_view gid_view,
     view.head_mod_revision = head->mod_revision();
     view.record_count = h->record_count;
     view.summary = std::move(h->summary);
+    view.inline_records = std::move(h->inline_records);
   } else if (const mvccpb::KeyValue* done = FirstKv(r->responses(2))) {
     absl::StatusOr<CompactEntry> entry =
         internal::DecodeCompact(done->value(), done->key());
@@ -740,7 +769,8 @@ absl::Status EtcdLog::Impl::ScanUnfinished(
           head_revisions[h->summary.gid] = kv.mod_revision();
           TxnLog& t = txns[h->summary.gid];
           t.summary = std::move(h->summary);
-          return absl::OkStatus();
+          // Its first records, then its record keys' (below, in order).
+          return DecodeInline(*h, kv.key(), t.records);
         },
         &at);
     if (etcd::IsCompacted(s)) continue;
@@ -1092,6 +1122,7 @@ absl::StatusOr<EtcdLog::Impl::View> EtcdLog::Impl::ViewOf(
     view.head_mod_revision = head->mod_revision();
     view.record_count = h->record_count;
     view.summary = std::move(h->summary);
+    view.inline_records = std::move(h->inline_records);
   } else if (done != nullptr) {
     absl::StatusOr<CompactEntry> e =
         internal::DecodeCompact(done->value(), done->key());
@@ -1355,6 +1386,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       w.registers = !view.head;
       w.head_mod_revision = view.head_mod_revision;
       w.first_seq = view.record_count;
+      w.inline_before = view.inline_records;
       w.owner_epoch = epochs[k];
       w.append_id = next_append_id_.fetch_add(1);
       if (plan->registers) {
@@ -1543,6 +1575,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
         v.head_mod_revision = mod_revision;
         v.record_count = w.first_seq + w.records.size();
         v.summary = w.summary;
+        v.inline_records = internal::InlineAfter(w);
       }
     }
     for (size_t item : w.items) {
@@ -1564,23 +1597,26 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       return;
     }
     if (!w.registers) {
-      // The full record: what the finishing Txn deleted, then the group's.
-      // Without it (the answer that carried it was lost) the archive keeps
-      // no full record: Read shows the compact entry (etcd_log.h).
-      const pb::ResponseOp* deleted =
-          done == nullptr
-              ? nullptr
-              : &done->responses(static_cast<int>(w.consumed.size()) + 1);
+      // The full record: the head's inline records, what the finishing Txn
+      // deleted of its record keys, then the group's. Without them (the
+      // answer that carried them was lost) the archive keeps no full
+      // record: Read shows the compact entry (etcd_log.h).
       TxnLog full;
-      absl::Status s =
-          deleted != nullptr && deleted->has_response_delete_range()
-              ? absl::OkStatus()
-              : absl::NotFoundError("no records");
-      if (s.ok()) {
-        for (const mvccpb::KeyValue& kv :
-             deleted->response_delete_range().prev_kvs()) {
-          if (s.ok())
-            s = internal::DecodeRecordsTo(kv.value(), kv.key(), full.records);
+      absl::Status s = DecodeInline(w.inline_before, full.records);
+      if (s.ok() && internal::HasRecordKeys(w)) {
+        const pb::ResponseOp* deleted =
+            done == nullptr
+                ? nullptr
+                : &done->responses(static_cast<int>(w.consumed.size()) + 1);
+        if (deleted == nullptr || !deleted->has_response_delete_range()) {
+          s = absl::NotFoundError("no records");
+        } else {
+          for (const mvccpb::KeyValue& kv :
+               deleted->response_delete_range().prev_kvs()) {
+            if (s.ok()) {
+              s = internal::DecodeRecordsTo(kv.value(), kv.key(), full.records);
+            }
+          }
         }
       }
       if (s.ok() && full.records.size() == w.first_seq) {

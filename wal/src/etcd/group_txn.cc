@@ -49,16 +49,52 @@ std::string RecordsOf(const GidWrite& w) {
   return HasEncoded(w) ? RecordsValue(w.encoded) : EncodeRecords(w.records);
 }
 
+// EncodeRecord of each of w's new records.
+std::vector<std::string> EncodedOf(const GidWrite& w) {
+  if (HasEncoded(w)) return w.encoded;
+  std::vector<std::string> out;
+  out.reserve(w.records.size());
+  for (const Record& r : w.records) out.push_back(EncodeRecord(r));
+  return out;
+}
+
+size_t InlineBytes(const std::vector<std::string>& records) {
+  size_t bytes = 0;
+  for (const std::string& r : records) bytes += 4 + r.size();
+  return bytes;
+}
+
 HeadValue HeadOf(const GidWrite& w) {
   HeadValue h;
   h.owner_epoch = w.owner_epoch;
   h.append_id = w.append_id;
   h.record_count = w.first_seq + w.records.size();
   h.summary = w.summary;
+  h.inline_records = InlineAfter(w);
   return h;
 }
 
 }  // namespace
+
+bool RecordsInline(const GidWrite& w) {
+  if (w.records.empty() || w.finishes || HasRecordKeys(w)) return false;
+  size_t bytes = 0;
+  for (const std::string& r : w.inline_before) bytes += r.size();
+  if (HasEncoded(w)) {
+    for (const std::string& r : w.encoded) bytes += r.size();
+  } else {
+    for (const Record& r : w.records) bytes += EncodeRecord(r).size();
+  }
+  return bytes <= kInlineMaxBytes;
+}
+
+std::vector<std::string> InlineAfter(const GidWrite& w) {
+  std::vector<std::string> out = w.inline_before;
+  if (RecordsInline(w)) {
+    for (std::string& r : EncodedOf(w)) out.push_back(std::move(r));
+  }
+  return out;
+}
 
 void AddShardFence(pb::TxnRequest& txn, const etcd_keys::Layout& keys,
                    uint32_t shard, uint64_t epoch) {
@@ -71,9 +107,11 @@ size_t GroupTxn::GidCost(const GidWrite& w) {
   const size_t compares = (w.registers ? 3 : 1) + a;
   size_t success = a;
   if (w.finishes) {
-    success += w.registers ? 1 : 3;
+    // done; and the head, and the record keys if it has any
+    success += w.registers ? 1 : (HasRecordKeys(w) ? 3 : 2);
   } else {
-    success += (w.records.empty() ? 0 : 1) + 1;  // the records' key, head
+    // the records' key (unless none, or inline), the head
+    success += (w.records.empty() || RecordsInline(w) ? 0 : 1) + 1;
   }
   return std::max(compares, success);
 }
@@ -84,9 +122,12 @@ size_t GroupTxn::GidBytes(const GidWrite& w) const {
   if (w.finishes) {
     bytes += w.compact_value.size() + 2 * EncodeSummary(w.summary).size();
   } else {
-    bytes += EncodeSummary(w.summary).size() + 24;
-    if (!w.records.empty()) {
-      bytes += key + kOpOverhead + RecordsSize(w);
+    bytes += EncodeSummary(w.summary).size() + 24 + 4;
+    if (RecordsInline(w)) {
+      bytes += InlineBytes(InlineAfter(w));
+    } else {
+      bytes += InlineBytes(w.inline_before);
+      if (!w.records.empty()) bytes += key + kOpOverhead + RecordsSize(w);
     }
   }
   for (const auto& [a, rev] : w.consumed) {
@@ -240,17 +281,20 @@ void GroupTxn::BuildGid(const GidWrite& w, pb::TxnRequest& t) const {
   if (w.finishes) {
     if (!w.registers) {
       t.add_success()->mutable_request_delete_range()->set_key(head);
-      pb::DeleteRangeRequest* d =
-          t.add_success()->mutable_request_delete_range();
-      const std::string rec = keys_.RecordPrefix(w.shard, w.gid);
-      d->set_key(rec);
-      d->set_range_end(PrefixEnd(rec));
-      d->set_prev_kv(true);  // the records, for the node's archive
+      if (HasRecordKeys(w)) {
+        pb::DeleteRangeRequest* d =
+            t.add_success()->mutable_request_delete_range();
+        const std::string rec = keys_.RecordPrefix(w.shard, w.gid);
+        d->set_key(rec);
+        d->set_range_end(PrefixEnd(rec));
+        d->set_prev_kv(true);  // the records, for the node's archive
+      }
     }
     AddPut(t, done, w.compact_value);
   } else {
-    // Its records under one key, numbered by the first of them.
-    if (!w.records.empty()) {
+    // Its records in the head, or under one key numbered by the first of
+    // them.
+    if (!w.records.empty() && !RecordsInline(w)) {
       AddPut(t, keys_.Record(w.shard, w.gid, w.first_seq), RecordsOf(w));
     }
     AddPut(t, head, EncodeHead(HeadOf(w)));

@@ -12,16 +12,29 @@
 //                        created_at + 1; else mod_revision(head) == the
 //                        view's; and mod_revision(approval) == the one read,
 //                        for each approval it consumes
-//               success  put its new records (one key) and its head; a
-//                        finishing one deletes head and records (their
-//                        values returned, for the archive) and puts done
-//                        instead;
+//               success  put its new records (one key, or in the head:
+//                        see "Inline records" below) and its head; a
+//                        finishing one deletes head and record keys (their
+//                        values returned, for the archive; no delete when
+//                        it has none) and puts done instead;
 //                        put each consumed approval
 //               failure  nothing (the etcd log reads a refused gid's
 //                        head, done and horizon after the group)
 //   approval    compare  create_revision(approval) == 0
 //               success  put;  failure  range
 //   last, at the top: put quota/<node> (empty), so etcd's quota sees it
+//
+// Inline records: a transaction's first records live in its head while
+// they are all it has and take at most kInlineMaxBytes encoded; a later
+// append's records then go into the head too (the head is put anyway), and
+// the first append that would pass the limit writes a record key as above,
+// and so does every one after it, the head keeping its inline records. On
+// etcd every key costs a put, a tombstone and an index entry on each
+// member, which for a small transaction (two branches, 100 B payloads:
+// registration, decision, end) is most of its cost: its records then take
+// no key at all, and its end no range delete. What a head put rewrites is
+// bounded by kInlineMaxBytes, never the whole transaction (large payloads
+// go to record keys from the registration on).
 //
 // Cost (etcd's --max-txn-ops rule): a level costs the largest of its
 // compares, success ops and failure ops, and along every path the levels'
@@ -57,7 +70,10 @@ struct GidWrite {
   int64_t created_at_ms = 0;      // registrations: the horizon compare
   int64_t head_mod_revision = 0;  // others: the head compare
   uint64_t first_seq = 0;         // its record count before the group
-  std::vector<Record> records;    // new records (not written if finishing)
+  // The head's inline records before the group (HeadValue::inline_records:
+  // the gid's records 0 to size-1, EncodeRecord of each).
+  std::vector<std::string> inline_before;
+  std::vector<Record> records;  // new records (not written if finishing)
   // EncodeRecord of each of `records`, when the writer has them (the etcd
   // log encodes an append's records on the appending thread, once); empty
   // otherwise, and then they are encoded when needed.
@@ -70,6 +86,18 @@ struct GidWrite {
   std::string compact_value;  // finishing: the compact entry
   std::vector<size_t> items;  // the group's items it answers
 };
+
+// The most a head holds of its transaction's records (their encoded bytes).
+constexpr size_t kInlineMaxBytes = 2048;
+
+// Whether w's new records go into its head (see "Inline records" above).
+bool RecordsInline(const GidWrite& w);
+// The head's inline records after w.
+std::vector<std::string> InlineAfter(const GidWrite& w);
+// Whether the gid had records under record keys before the group.
+inline bool HasRecordKeys(const GidWrite& w) {
+  return w.first_seq > w.inline_before.size();
+}
 
 struct NewApproval {
   Approval approval;
