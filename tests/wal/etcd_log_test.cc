@@ -18,6 +18,7 @@
 #include "etcd_test_env.h"
 #include "log_factories.h"
 #include "log_test_util.h"
+#include "tcc/failpoint/failpoint.h"
 
 namespace tcc::wal::testing {
 namespace {
@@ -446,6 +447,38 @@ TEST_CASE("a small transaction's records live in its head, then record keys") {
   REQUIRE(t.ok());
   CHECK(t->records.size() == 3);
   CHECK(t->summary.state == TxnState::kCancelled);
+}
+
+TEST_CASE("a read while a finished gid's archive write is on the way waits") {
+  // The finishing Txn commits; its records reach this node's archive only
+  // after its answer. A read in between found the compact entry and no
+  // archived record, and said the transaction was compacted (no records).
+  EtcdHarness h(RetentionPolicy{});
+  REQUIRE(Register(h.log(), "g1").ok());
+  REQUIRE(AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kConfirm)}))
+              .ok());
+  REQUIRE(failpoint::Configure("etcd_log.before_archive=sleep(1500)").ok());
+  std::future<absl::Status> finishing = std::async(std::launch::async, [&] {
+    return AppendAndWait(h.log(),
+                         Req("g1", {MakeFinished(TxnState::kConfirmed, 9)}));
+  });
+  const internal::etcd_keys::Layout keys(h.prefix());
+  const uint32_t k = ShardOfGid("g1", h.etcd_log().shard_count());
+  bool committed = false;
+  for (int i = 0; i < 100 && !committed; ++i) {
+    committed = !KeysInEtcd(h, keys.Done(k, "g1"), true).empty();
+    if (!committed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  REQUIRE(committed);
+  CHECK(finishing.wait_for(std::chrono::seconds(0)) !=
+        std::future_status::ready);  // the archive write is stalled
+  absl::StatusOr<TxnLog> t = h.log().Read("g1");
+  REQUIRE(failpoint::Configure("").ok());
+  REQUIRE(t.ok());
+  CHECK_FALSE(t->summary.compacted);
+  CHECK(t->summary.state == TxnState::kConfirmed);
+  CHECK(t->records.size() == 3);
+  CHECK(finishing.get().ok());
 }
 
 TEST_CASE("groups fit --max-txn-ops along the nesting, and requests' bytes") {

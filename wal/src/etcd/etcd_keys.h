@@ -20,11 +20,14 @@
 //                              order); exists from the cluster's creation
 //   P head/<k>/<gid>           an unfinished transaction's head (its
 //                              summary, record count, the epoch and append
-//                              id of its last append); every append
-//                              compares its mod_revision
+//                              id of its last append, and its first
+//                              records while they are small: group_txn.h
+//                              "Inline records"); every append compares
+//                              its mod_revision
 //   P rec/<k>/<gid>/<seq>      the gid's records from number seq (16 hex
 //                              digits) on, as one group wrote them (one
-//                              record or a batch: etcd_codec.h)
+//                              record or a batch: etcd_codec.h); none
+//                              while the head holds them all
 //   P done/<k>/<gid>           a finished transaction's compact entry
 //                              (summary, finished_at, the node whose
 //                              archive holds its full record), for the
