@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,11 +48,23 @@ absl::StatusOr<std::unique_ptr<Process>> Process::Start(
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
 
+  // A child started from the main thread dies with the test process, even
+  // one killed before its destructors ran (kill -9, or SIGPIPE when its
+  // output is piped into `head`), instead of running on. Not for children
+  // started from other threads: PR_SET_PDEATHSIG fires when the thread that
+  // forked ends, and drills start nodes again from worker threads that end
+  // before the node should.
+  const pid_t parent = getpid();
+  const bool die_with_parent = gettid() == parent;
   pid_t pid = fork();
   if (pid < 0) {
     return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
   }
   if (pid == 0) {
+    if (die_with_parent) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);  // it died before the prctl
+    }
     dup2(pipe_fds[1], 1);
     dup2(pipe_fds[1], 2);
     setpgid(0, 0);
