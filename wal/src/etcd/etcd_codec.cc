@@ -23,6 +23,30 @@ absl::Status Corrupt(std::string_view key, std::string_view what) {
       "etcd log: the value of ", std::string(key), " ", std::string(what)));
 }
 
+// u32 count, then per piece u32 size and the piece: a record batch's body
+// (after its marker) and a head's inline records.
+void PutFramed(std::string& out, const std::vector<std::string>& pieces) {
+  PutU32(out, static_cast<uint32_t>(pieces.size()));
+  for (const std::string& one : pieces) {
+    PutU32(out, static_cast<uint32_t>(one.size()));
+    out += one;
+  }
+}
+
+// Reads what PutFramed wrote (at least one piece) from the front of `in`;
+// false if it is cut short.
+bool GetFramed(std::string_view& in, std::vector<std::string_view>& pieces) {
+  uint32_t count = 0;
+  if (!GetU32(in, count) || count == 0) return false;
+  for (uint32_t i = 0; i < count; ++i) {
+    uint32_t size = 0;
+    if (!GetU32(in, size) || in.size() < size) return false;
+    pieces.push_back(in.substr(0, size));
+    in.remove_prefix(size);
+  }
+  return true;
+}
+
 }  // namespace
 
 std::string EncodeHead(const HeadValue& head) {
@@ -31,13 +55,7 @@ std::string EncodeHead(const HeadValue& head) {
       1, static_cast<char>(inline_records ? kHeadInlineVersion : kHeadVersion));
   PutU64(out, head.owner_epoch);
   PutU64(out, head.append_id);
-  if (inline_records) {
-    PutU32(out, static_cast<uint32_t>(head.inline_records.size()));
-    for (const std::string& r : head.inline_records) {
-      PutU32(out, static_cast<uint32_t>(r.size()));
-      out += r;
-    }
-  }
+  if (inline_records) PutFramed(out, head.inline_records);
   out += EncodeSummary(head.summary, head.record_count, 0);
   return out;
 }
@@ -54,18 +72,13 @@ absl::StatusOr<HeadValue> DecodeHead(std::string_view in,
     return Corrupt(key, "is cut short");
   }
   if (version == kHeadInlineVersion) {
-    uint32_t count = 0;
-    if (!GetU32(in, count) || count == 0) return Corrupt(key, "is cut short");
-    for (uint32_t i = 0; i < count; ++i) {
-      uint32_t size = 0;
-      if (!GetU32(in, size) || in.size() < size) {
-        return Corrupt(key, "is cut short");
-      }
-      if (absl::Status s = DecodeRecord(in.substr(0, size)).status(); !s.ok()) {
+    std::vector<std::string_view> pieces;
+    if (!GetFramed(in, pieces)) return Corrupt(key, "is cut short");
+    for (std::string_view one : pieces) {
+      if (absl::Status s = DecodeRecord(one).status(); !s.ok()) {
         return Corrupt(key, std::string(s.message()));
       }
-      head.inline_records.emplace_back(in.substr(0, size));
-      in.remove_prefix(size);
+      head.inline_records.emplace_back(one);
     }
   }
   absl::StatusOr<StoredSummary> s = DecodeSummary(in);
@@ -90,11 +103,7 @@ std::string RecordsValue(const std::vector<std::string>& encoded) {
   std::string out;
   out.reserve(RecordsValueSize(encoded));
   out.push_back(static_cast<char>(kRecordBatch));
-  PutU32(out, static_cast<uint32_t>(encoded.size()));
-  for (const std::string& one : encoded) {
-    PutU32(out, static_cast<uint32_t>(one.size()));
-    out += one;
-  }
+  PutFramed(out, encoded);
   return out;
 }
 
@@ -114,19 +123,14 @@ absl::Status DecodeRecordsTo(std::string_view in, std::string_view key,
     return absl::OkStatus();
   }
   in.remove_prefix(1);
-  uint32_t count = 0;
-  if (!GetU32(in, count) || count == 0) {
+  std::vector<std::string_view> pieces;
+  if (!GetFramed(in, pieces)) {
     return Corrupt(key, "is a record batch cut short");
   }
-  for (uint32_t i = 0; i < count; ++i) {
-    uint32_t size = 0;
-    if (!GetU32(in, size) || in.size() < size) {
-      return Corrupt(key, "is a record batch cut short");
-    }
-    absl::StatusOr<Record> r = DecodeRecord(in.substr(0, size));
+  for (std::string_view one : pieces) {
+    absl::StatusOr<Record> r = DecodeRecord(one);
     if (!r.ok()) return Corrupt(key, std::string(r.status().message()));
     out.push_back(*std::move(r));
-    in.remove_prefix(size);
   }
   if (!in.empty()) return Corrupt(key, "has bytes after its record batch");
   return absl::OkStatus();

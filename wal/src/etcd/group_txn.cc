@@ -58,6 +58,17 @@ std::vector<std::string> EncodedOf(const GidWrite& w) {
   return out;
 }
 
+// The encoded size of w's new records, each on its own.
+size_t NewRecordBytes(const GidWrite& w) {
+  size_t bytes = 0;
+  if (HasEncoded(w)) {
+    for (const std::string& r : w.encoded) bytes += r.size();
+  } else {
+    for (const Record& r : w.records) bytes += EncodeRecord(r).size();
+  }
+  return bytes;
+}
+
 size_t InlineBytes(const std::vector<std::string>& records) {
   size_t bytes = 0;
   for (const std::string& r : records) bytes += 4 + r.size();
@@ -78,13 +89,8 @@ HeadValue HeadOf(const GidWrite& w) {
 
 bool RecordsInline(const GidWrite& w) {
   if (w.records.empty() || w.finishes || HasRecordKeys(w)) return false;
-  size_t bytes = 0;
+  size_t bytes = NewRecordBytes(w);
   for (const std::string& r : w.inline_before) bytes += r.size();
-  if (HasEncoded(w)) {
-    for (const std::string& r : w.encoded) bytes += r.size();
-  } else {
-    for (const Record& r : w.records) bytes += EncodeRecord(r).size();
-  }
   return bytes <= kInlineMaxBytes;
 }
 
@@ -122,12 +128,12 @@ size_t GroupTxn::GidBytes(const GidWrite& w) const {
   if (w.finishes) {
     bytes += w.compact_value.size() + 2 * EncodeSummary(w.summary).size();
   } else {
-    bytes += EncodeSummary(w.summary).size() + 24 + 4;
+    bytes +=
+        EncodeSummary(w.summary).size() + 24 + 4 + InlineBytes(w.inline_before);
     if (RecordsInline(w)) {
-      bytes += InlineBytes(InlineAfter(w));
-    } else {
-      bytes += InlineBytes(w.inline_before);
-      if (!w.records.empty()) bytes += key + kOpOverhead + RecordsSize(w);
+      bytes += 4 * w.records.size() + NewRecordBytes(w);  // framed, in the head
+    } else if (!w.records.empty()) {
+      bytes += key + kOpOverhead + RecordsSize(w);
     }
   }
   for (const auto& [a, rev] : w.consumed) {
