@@ -444,6 +444,51 @@ TEST_CASE("ScanUnfinished visits every unfinished transaction in order") {
   CHECK(visits == 3);
 }
 
+TEST_CASE("the oldest unfinished registration follows every change") {
+  // RocksDbLog seeks it from where it last found it (rocksdb_log.cc,
+  // stats_from_ms_): registrations out of time order, finishes of the
+  // oldest, none left, and reopens must all still give the right one.
+  FOR_EACH_LOG(h, RetentionPolicy{});
+  if (!factory.tracks_oldest_unfinished) return;
+  auto oldest = [&] {
+    return h->log().Stats().oldest_unfinished_registered_ms;
+  };
+  auto finish = [&](const std::string& gid) {
+    REQUIRE(AppendAndWait(h->log(),
+                          Req(gid, {MakeDecided(Decision::kCancel),
+                                    MakeFinished(TxnState::kCancelled, 9000)}))
+                .ok());
+  };
+  // Many finished before the first unfinished one.
+  for (int i = 0; i < 200; ++i) {
+    RegisterFinished(h->log(), "f" + std::to_string(i), 100 + i, 8000);
+  }
+  CHECK(oldest() == 0);
+  REQUIRE(Register(h->log(), "g5000", 5000).ok());
+  CHECK(oldest() == 5000);
+  REQUIRE(Register(h->log(), "g4000", 4000).ok());  // registered later, older
+  CHECK(oldest() == 4000);
+  REQUIRE(Register(h->log(), "g6000", 6000).ok());
+  CHECK(oldest() == 4000);
+  finish("g4000");
+  CHECK(oldest() == 5000);
+  REQUIRE(Register(h->log(), "g4500", 4500).ok());  // behind the last found
+  CHECK(oldest() == 4500);
+  finish("g4500");
+  finish("g5000");
+  CHECK(oldest() == 6000);
+  h->Reopen();
+  CHECK(oldest() == 6000);
+  finish("g6000");
+  CHECK(oldest() == 0);
+  REQUIRE(Register(h->log(), "g3000", 3000).ok());  // after none, older
+  CHECK(oldest() == 3000);
+  h->Reopen();
+  CHECK(oldest() == 3000);
+  REQUIRE(Register(h->log(), "g2000", 2000).ok());
+  CHECK(oldest() == 2000);
+}
+
 TEST_CASE("owner epochs grow, across reopens too") {
   FOR_EACH_LOG(h, RetentionPolicy{});
   absl::StatusOr<uint64_t> e1 = h->log().TakeOwnerEpoch(0);

@@ -8,6 +8,8 @@
 //   slow     the same with every fsync delayed by 1 ms (injected through the
 //            file system, as on cloud block storage)
 //   recovery open + scan of 100,000 unfinished transactions
+//   stats    Stats() (the age gauge's seek) once 100,000 transactions
+//            have finished, with one unfinished after them
 // Each durable figure is the median run of 3 (argv[3]) of 2 s (argv[2]).
 // The last line is the summary scripts and README quote.
 #include <fcntl.h>
@@ -321,6 +323,67 @@ double RecoveryScan(const std::filesystem::path& dir, int txns) {
   return elapsed;
 }
 
+// Stats() after `txns` transactions registered and finished (buffered, the
+// last durable) and one more registered: the first call and the median of
+// the next 20, in microseconds. Finished transactions leave tombstones at
+// the front of the unfinished index until compaction drops them.
+std::pair<double, double> StatsAfterFinished(const std::filesystem::path& dir,
+                                             int txns) {
+  auto log = OpenLog(dir, nullptr);
+  std::mutex m;
+  std::condition_variable cv;
+  int in_flight = 0;
+  auto append = [&](AppendRequest request) {
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait(lock, [&] { return in_flight < 5000; });
+      ++in_flight;
+    }
+    log->Append(std::move(request), [&](absl::Status s) {
+      if (!s.ok()) {
+        std::fprintf(stderr, "stats fill: %s\n", s.ToString().c_str());
+        std::exit(1);
+      }
+      std::lock_guard<std::mutex> lock(m);
+      --in_flight;
+      cv.notify_all();
+    });
+  };
+  for (int i = 0; i < txns; ++i) {
+    const std::string gid = absl::StrCat("fin-", i);
+    tcc::wal::Decided decided;
+    decided.decision = tcc::wal::Decision::kConfirm;
+    decided.at_ms = 2000 + i;
+    tcc::wal::Finished finished;
+    finished.state = tcc::wal::TxnState::kConfirmed;
+    finished.at_ms = 2000 + i;
+    append({gid, {Registration(gid, 1000 + i)}, Durability::kBuffered});
+    append({gid, {decided, finished}, Durability::kBuffered});
+  }
+  append({"open", {Registration("open", 1000 + txns)}, Durability::kDurable});
+  {
+    std::unique_lock<std::mutex> lock(m);
+    cv.wait(lock, [&] { return in_flight == 0; });
+  }
+  std::vector<double> us;
+  for (int i = 0; i < 21; ++i) {
+    const auto start = Clock::now();
+    const tcc::wal::LogStats stats = log->Stats();
+    us.push_back(Seconds(Clock::now() - start) * 1e6);
+    if (stats.oldest_unfinished_registered_ms != 1000 + txns) {
+      std::fprintf(
+          stderr, "stats: oldest %lld, expected %d\n",
+          static_cast<long long>(stats.oldest_unfinished_registered_ms),
+          1000 + txns);
+      std::exit(1);
+    }
+  }
+  const double first = us[0];
+  us.erase(us.begin());
+  std::sort(us.begin(), us.end());
+  return {first, us[us.size() / 2]};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -391,13 +454,19 @@ int main(int argc, char** argv) {
 
   const double scan = RecoveryScan(dir / "recovery", 100000);
   std::printf("recovery: open + scan of 100000 unfinished: %.2f s\n", scan);
+  const auto [stats_first, stats_us] =
+      StatsAfterFinished(dir / "stats", 100000);
+  std::printf(
+      "stats after 100000 finished: first call %.0f us, then median %.0f us\n",
+      stats_first, stats_us);
   std::filesystem::remove_all(dir);
 
   std::printf(
       "wal-bench: raw_fdatasync_per_s=%.0f raw_p50_us=%.0f single_p50_us=%.0f "
       "appends_per_s_64=%.0f appends_per_s_256=%.0f "
-      "slow_fsync_appends_per_s_256=%.0f recovery_scan_100k_s=%.2f\n",
+      "slow_fsync_appends_per_s_256=%.0f recovery_scan_100k_s=%.2f "
+      "stats_us=%.0f\n",
       raw.per_s, raw.p50_us, by_callers[0].p50_us, by_callers[2].per_s,
-      by_callers[3].per_s, slow.per_s, scan);
+      by_callers[3].per_s, slow.per_s, scan, stats_us);
   return 0;
 }
