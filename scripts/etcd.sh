@@ -64,6 +64,12 @@
 #   --grpc-keepalive-min-time 2s  below tccd's gRPC keepalive time (10 s):
 #                               etcd closes connections that ping faster,
 #                               leaving their Txns unknown
+# and, because the members of a loopback cluster share one machine, each
+# member's Go runtime gets its share of the cores (GOMAXPROCS = cores /
+# members, at least 1; a GOMAXPROCS in the environment wins). With the
+# default (every member using every core) three members on 2 cores spent
+# a quarter more CPU per transaction, spinning for work (bench.sh --etcd,
+# README "tccd on etcd"). A member alone on its machine keeps Go's default.
 set -euo pipefail
 
 die() { echo "etcd.sh: $*" >&2; exit 1; }
@@ -204,8 +210,14 @@ start_member() {
   local pid
   pid=$(member_pid "$dir" "$n")
   if pid_alive "$pid"; then return 0; fi
+  # The members share this machine's cores (see the top).
+  local members procs
+  members=$(find "$dir" -maxdepth 1 -name 'm*.cmd' | wc -l)
+  procs=$(($(nproc) / (members > 0 ? members : 1)))
+  [ "$procs" -ge 1 ] || procs=1
   # shellcheck disable=SC2046
-  setsid $(cat "$dir/m$n.cmd") >>"$dir/m$n.log" 2>&1 </dev/null &
+  GOMAXPROCS=${GOMAXPROCS:-$procs} setsid $(cat "$dir/m$n.cmd") \
+    >>"$dir/m$n.log" 2>&1 </dev/null &
   echo $! >"$dir/m$n.pid"
 }
 
