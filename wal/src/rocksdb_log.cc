@@ -438,12 +438,12 @@ class RocksDbLog::Impl {
   // transaction deletes its "u/" key, and until compaction drops them a
   // Seek("u/") steps over every such tombstone at the index's front: 5 ms a
   // call after 35,000 transactions, every 250 ms (the age gauge). So Stats
-  // seeks from stats_from_ms_, a lower bound of the index's first key: Open
-  // sets it, Stats raises it to the key it finds. The writer, once a
-  // registration is written, lowers registered_since_stats_ms_, which
-  // Stats folds in before it makes its iterator: a registration written
-  // before that is seen, a later one is folded in by the next Stats. Keys
-  // registered out of time order (a clock stepping back) are thus found.
+  // seeks from stats_from_ms_, a lower bound of the index's first key: it
+  // starts at the front, Stats raises it to the key it finds. The writer, once
+  // a registration is written, lowers registered_since_stats_ms_, which Stats
+  // folds in before it makes its iterator: a registration written before that
+  // is seen, a later one is folded in by the next Stats. Keys registered out of
+  // time order (a clock stepping back) are thus found.
   mutable std::mutex stats_mu_;
   mutable int64_t stats_from_ms_ = std::numeric_limits<int64_t>::min();
   mutable std::atomic<int64_t> registered_since_stats_ms_{
@@ -583,15 +583,8 @@ absl::Status RocksDbLog::Impl::Open() {
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek("u/"); it->Valid() && it->key().starts_with("u/"); it->Next()) {
-    if (unfinished++ == 0) {
-      int64_t at = 0;
-      std::string gid;
-      if (keys::ParseTimeIndex(it->key().ToStringView(), at, gid)) {
-        stats_from_ms_ = at;
-      }
-    }
+    ++unfinished;
   }
-  if (unfinished == 0) stats_from_ms_ = std::numeric_limits<int64_t>::max();
   if (absl::Status s = FromRocks(it->status(), "counting unfinished");
       !s.ok()) {
     return s;

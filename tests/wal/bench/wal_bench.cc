@@ -277,35 +277,52 @@ DurableResult MedianOf(RocksDbLog& log, int callers, double seconds, int round,
   return results[results.size() / 2];
 }
 
+// Appends without waiting for each answer, at most 5,000 in flight (the
+// fills of the recovery and Stats measurements); any failure ends the
+// benchmark. Drain waits for every answer.
+class Filler {
+ public:
+  explicit Filler(RocksDbLog& log) : log_(log) {}
+  void Append(AppendRequest request) {
+    {
+      std::unique_lock<std::mutex> lock(m_);
+      cv_.wait(lock, [&] { return in_flight_ < 5000; });
+      ++in_flight_;
+    }
+    log_.Append(std::move(request), [this](absl::Status s) {
+      if (!s.ok()) {
+        std::fprintf(stderr, "fill: %s\n", s.ToString().c_str());
+        std::exit(1);
+      }
+      std::lock_guard<std::mutex> lock(m_);
+      --in_flight_;
+      cv_.notify_all();
+    });
+  }
+  void Drain() {
+    std::unique_lock<std::mutex> lock(m_);
+    cv_.wait(lock, [&] { return in_flight_ == 0; });
+  }
+
+ private:
+  RocksDbLog& log_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  int in_flight_ = 0;
+};
+
 double RecoveryScan(const std::filesystem::path& dir, int txns) {
   {
     auto log = OpenLog(dir, nullptr);
-    std::mutex m;
-    std::condition_variable cv;
-    int in_flight = 0;
+    Filler fill(*log);
     for (int i = 0; i < txns; ++i) {
       const std::string gid = absl::StrCat("rec-", i);
-      {
-        std::unique_lock<std::mutex> lock(m);
-        cv.wait(lock, [&] { return in_flight < 5000; });
-        ++in_flight;
-      }
-      log->Append(
+      fill.Append(
           {gid,
            {Registration(gid, 1000 + i), Record200(1)},
-           i + 1 == txns ? Durability::kDurable : Durability::kBuffered},
-          [&](absl::Status s) {
-            if (!s.ok()) {
-              std::fprintf(stderr, "fill: %s\n", s.ToString().c_str());
-              std::exit(1);
-            }
-            std::lock_guard<std::mutex> lock(m);
-            --in_flight;
-            cv.notify_all();
-          });
+           i + 1 == txns ? Durability::kDurable : Durability::kBuffered});
     }
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return in_flight == 0; });
+    fill.Drain();
   }
   const auto start = Clock::now();
   auto log = OpenLog(dir, nullptr);
@@ -330,25 +347,7 @@ double RecoveryScan(const std::filesystem::path& dir, int txns) {
 std::pair<double, double> StatsAfterFinished(const std::filesystem::path& dir,
                                              int txns) {
   auto log = OpenLog(dir, nullptr);
-  std::mutex m;
-  std::condition_variable cv;
-  int in_flight = 0;
-  auto append = [&](AppendRequest request) {
-    {
-      std::unique_lock<std::mutex> lock(m);
-      cv.wait(lock, [&] { return in_flight < 5000; });
-      ++in_flight;
-    }
-    log->Append(std::move(request), [&](absl::Status s) {
-      if (!s.ok()) {
-        std::fprintf(stderr, "stats fill: %s\n", s.ToString().c_str());
-        std::exit(1);
-      }
-      std::lock_guard<std::mutex> lock(m);
-      --in_flight;
-      cv.notify_all();
-    });
-  };
+  Filler fill(*log);
   for (int i = 0; i < txns; ++i) {
     const std::string gid = absl::StrCat("fin-", i);
     tcc::wal::Decided decided;
@@ -357,14 +356,12 @@ std::pair<double, double> StatsAfterFinished(const std::filesystem::path& dir,
     tcc::wal::Finished finished;
     finished.state = tcc::wal::TxnState::kConfirmed;
     finished.at_ms = 2000 + i;
-    append({gid, {Registration(gid, 1000 + i)}, Durability::kBuffered});
-    append({gid, {decided, finished}, Durability::kBuffered});
+    fill.Append({gid, {Registration(gid, 1000 + i)}, Durability::kBuffered});
+    fill.Append({gid, {decided, finished}, Durability::kBuffered});
   }
-  append({"open", {Registration("open", 1000 + txns)}, Durability::kDurable});
-  {
-    std::unique_lock<std::mutex> lock(m);
-    cv.wait(lock, [&] { return in_flight == 0; });
-  }
+  fill.Append(
+      {"open", {Registration("open", 1000 + txns)}, Durability::kDurable});
+  fill.Drain();
   std::vector<double> us;
   for (int i = 0; i < 21; ++i) {
     const auto start = Clock::now();
