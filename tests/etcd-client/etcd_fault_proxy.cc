@@ -75,6 +75,9 @@ class EtcdFaultProxy::Services {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                             "fault proxy: request dropped");
       }
+      if (p_.lose_requests_.load() > 0 && p_.lose_requests_.fetch_sub(1) > 0) {
+        return Hang(ctx);
+      }
       grpc::ClientContext c;
       Forward(ctx, c);
       p_.txns_forwarded_.fetch_add(1);

@@ -7,6 +7,9 @@
 //   and answered UNAVAILABLE, as if the reply was lost;
 // - DropTxnRequests(n): the next n Txns are answered UNAVAILABLE without
 //   being forwarded;
+// - LoseTxnRequests(n): the next n Txns are neither forwarded nor answered:
+//   each waits out its caller's deadline (as a proposal that a follower
+//   forwarded to a leader that then died: etcd never answers it);
 // - SetKeepAliveDelayMs(ms): each keep-alive's answer is held that long;
 // - SetBlackhole(true): every call waits out its deadline (a member that
 //   stopped answering).
@@ -36,6 +39,7 @@ class EtcdFaultProxy {
 
   void DropTxnReplies(int n) { drop_replies_ = n; }
   void DropTxnRequests(int n) { drop_requests_ = n; }
+  void LoseTxnRequests(int n) { lose_requests_ = n; }
   void SetKeepAliveDelayMs(int64_t ms) { keepalive_delay_ms_ = ms; }
   void SetBlackhole(bool on) { blackhole_ = on; }
   // Txns forwarded so far (dropped replies included).
@@ -46,6 +50,7 @@ class EtcdFaultProxy {
  private:
   std::atomic<int> drop_replies_{0};
   std::atomic<int> drop_requests_{0};
+  std::atomic<int> lose_requests_{0};
   std::atomic<int64_t> keepalive_delay_ms_{0};
   std::atomic<bool> blackhole_{false};
   std::atomic<int> txns_forwarded_{0};

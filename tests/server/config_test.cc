@@ -382,7 +382,13 @@ TEST_CASE("cluster: off by default; when on, every key is checked by name") {
     CHECK(c->cluster.etcd.endpoints.size() == 2);
     CHECK(c->cluster.key_prefix == "/tccd/");
     CHECK(c->cluster.hold_buffered_ms == 500);
+    CHECK(c->cluster.etcd.txn_attempt_timeout_ms == 1000);
   }
+  CHECK_THAT(ErrorOf(base + "    txn_attempt_timeout_ms: 6000\n"),
+             Catch::Contains("cluster.etcd.txn_attempt_timeout_ms: must be <= "
+                             "etcd.call_timeout_ms"));
+  CHECK_THAT(ErrorOf(base + "    txn_attempt_timeout_ms: 50\n"),
+             Catch::Contains("txn_attempt_timeout_ms: must be between"));
   {
     auto c = ParseConfig(base + "  hold_buffered_ms: 0\n", "ok.yaml");
     REQUIRE(c.ok());

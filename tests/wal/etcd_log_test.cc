@@ -180,6 +180,47 @@ TEST_CASE("a Txn whose request is dropped is sent again and applied once") {
   CHECK(h.log().Read("g1")->summary.decision == Decision::kCancel);
 }
 
+TEST_CASE(
+    "a Txn etcd never answers is sent again after its attempt's deadline") {
+  // etcd loses a proposal that a follower forwarded to a leader that then
+  // died, and never answers its Txn. The log must not wait out its whole
+  // Txn timeout (here 30 s) before sending it again: each send waits at most
+  // its attempt's deadline (here 300 ms, doubling per send).
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {proxy.endpoint()}});
+  h.log_options().txn_timeout_ms = 30000;
+  h.log_options().txn_attempt_timeout_ms = 300;
+  h.Reopen();
+  REQUIRE(Register(h.log(), "g1").ok());
+  const auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now() - t)
+        .count();
+  };
+  proxy.LoseTxnRequests(1);
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(Register(h.log(), "g2").ok());
+  const int64_t one_lost_ms = ms_since(t0);
+  // Three lost in a row: 300 + 600 + 1,200 ms of deadlines, then it lands.
+  proxy.LoseTxnRequests(3);
+  t0 = std::chrono::steady_clock::now();
+  CHECK(
+      AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kCancel)})).ok());
+  const int64_t three_lost_ms = ms_since(t0);
+  INFO("one lost: " << one_lost_ms << " ms; three lost: " << three_lost_ms
+                    << " ms");
+  // The first lost is the read of g2 before its registration (a read Txn,
+  // sent again like the others: before, it waited out the client's 5 s call
+  // timeout). Waiting out the log's Txn timeout even once would take 30 s.
+  CHECK(one_lost_ms < 4000);
+  CHECK(three_lost_ms < 15000);
+  CHECK(three_lost_ms >= 2100);  // each send waited its own deadline
+  CHECK(Records(h.log(), "g2") == 1);
+  CHECK(Records(h.log(), "g1") == 2);
+  CHECK(h.log().Read("g1")->summary.decision == Decision::kCancel);
+}
+
 TEST_CASE("a lost campaign reply is resolved by reading the owner key") {
   EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
   EtcdHarness h(RetentionPolicy{},

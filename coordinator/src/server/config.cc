@@ -485,6 +485,8 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
       e.String("password", &cl.etcd.password);
       e.String("password_file", &cl.etcd.password_file);
       e.Integer("call_timeout_ms", &cl.etcd.call_timeout_ms, 100, 600 * 1000);
+      e.Integer("txn_attempt_timeout_ms", &cl.etcd.txn_attempt_timeout_ms, 100,
+                600 * 1000);
       e.Integer("max_txn_ops", &cl.etcd.max_txn_ops, 16, 1000000);
       e.Integer("max_request_bytes", &cl.etcd.max_request_bytes, 64 << 10,
                 1LL << 31);
@@ -600,6 +602,10 @@ absl::Status ValidateClusterConfig(const ClusterConfig& cl) {
   }
   if (cl.min_dedup_window_ms > cl.dedup_window_ms) {
     return bad("min_dedup_window_ms", "must be <= dedup_window_ms");
+  }
+  if (cl.etcd.txn_attempt_timeout_ms > cl.etcd.call_timeout_ms) {
+    return bad("etcd.txn_attempt_timeout_ms",
+               "must be <= etcd.call_timeout_ms");
   }
   return absl::OkStatus();
 }

@@ -727,6 +727,8 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config) {
   lo.hold_buffered_ms = cl.hold_buffered_ms;
   lo.max_txn_ops = cl.etcd.max_txn_ops;
   lo.max_request_bytes = cl.etcd.max_request_bytes;
+  lo.txn_timeout_ms = cl.etcd.call_timeout_ms;
+  lo.txn_attempt_timeout_ms = cl.etcd.txn_attempt_timeout_ms;
   // The shard manager campaigns again on its next round: a campaign for a
   // shard another node owns answers at once.
   lo.campaign_wait_ms = 0;

@@ -414,6 +414,10 @@ class EtcdLog::Impl {
   // Reads each of `keys` (one key each) in as few Txns as
   // options.max_txn_ops allows: `kvs[i]` is keys[i]'s kv, or null when it
   // is absent, pointing into `pages`. The first error ends it.
+  // A read-only Txn (ranges only), sent with the attempt deadline and sent
+  // again while its answer is lost, each time with twice the deadline, for
+  // at most txn_timeout_ms in all (etcd_log.h, txn_attempt_timeout_ms).
+  absl::StatusOr<pb::TxnResponse> ReadTxn(const pb::TxnRequest& txn);
   absl::Status ReadKeys(const std::vector<std::string>& keys,
                         std::vector<pb::TxnResponse>& pages,
                         std::vector<const mvccpb::KeyValue*>& kvs);
@@ -562,7 +566,11 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadEtcd(std::string_view gid_view,
   const std::string rec = keys_.RecordPrefix(k, gid);
   AddRange(txn, true, rec, PrefixEnd(rec));
   AddRange(txn, true, keys_.Done(k, gid));
-  absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn, timeout_ms);
+  // A probe has its own short deadline (ReadGate); any other read is sent
+  // as the committer's are (ReadTxn), so a read lost with etcd's leader is
+  // sent again in about a second instead of waiting out the call timeout.
+  absl::StatusOr<pb::TxnResponse> r =
+      timeout_ms > 0 ? options_.client->Txn(txn, timeout_ms) : ReadTxn(txn);
   if (!r.ok()) return r.status();
   if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
   View view;
@@ -1110,6 +1118,23 @@ void EtcdLog::Impl::CommitterLoop() {
   }
 }
 
+absl::StatusOr<pb::TxnResponse> EtcdLog::Impl::ReadTxn(
+    const pb::TxnRequest& txn) {
+  const auto start = std::chrono::steady_clock::now();
+  int64_t deadline_ms =
+      std::min(options_.txn_attempt_timeout_ms, options_.txn_timeout_ms);
+  while (true) {
+    absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn, deadline_ms);
+    if (r.ok() || !etcd::IsUnknownOutcome(r.status()) || Stopping()) return r;
+    const int64_t left = options_.txn_timeout_ms -
+                         std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now() - start)
+                             .count();
+    if (left <= 0) return r;
+    deadline_ms = std::min(left, deadline_ms * 2);
+  }
+}
+
 absl::Status EtcdLog::Impl::ReadKeys(
     const std::vector<std::string>& keys, std::vector<pb::TxnResponse>& pages,
     std::vector<const mvccpb::KeyValue*>& kvs) {
@@ -1121,7 +1146,7 @@ absl::Status EtcdLog::Impl::ReadKeys(
     const size_t to = std::min(keys.size(), from + per_txn);
     pb::TxnRequest txn;
     for (size_t i = from; i < to; ++i) AddRange(txn, true, keys[i]);
-    absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn);
+    absl::StatusOr<pb::TxnResponse> r = ReadTxn(txn);
     if (!r.ok()) return r.status();
     if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
     pages.push_back(*std::move(r));
@@ -1496,14 +1521,19 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   pb::TxnRequest txn = group.Build(fences);
   int attempt = 0;
   int64_t backoff = options_.resend_backoff_ms;
+  // Each send's deadline (etcd_log.h, txn_attempt_timeout_ms): a Txn etcd
+  // lost is sent again soon, one that is merely slow gets longer each time.
+  int64_t deadline_ms =
+      std::min(options_.txn_attempt_timeout_ms, options_.txn_timeout_ms);
   absl::StatusOr<pb::TxnResponse> r;
   while (true) {
     txns_sent_.fetch_add(1);
-    r = options_.client->Txn(txn, options_.txn_timeout_ms);
+    r = options_.client->Txn(txn, deadline_ms);
     NoteReachable(r.status());
     if (r.ok()) break;
     const absl::Status& e = r.status();
     if (etcd::IsUnknownOutcome(e)) {
+      deadline_ms = std::min(options_.txn_timeout_ms, deadline_ms * 2);
       if (Stopping()) {
         for (Item& item : items) {
           Complete(item, absl::UnavailableError(absl::StrCat(
@@ -1774,7 +1804,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
         pb::TxnRequest read;
         AddRange(read, true, keys_.Head(w.shard, w.gid));
         AddRange(read, true, keys_.Done(w.shard, w.gid));
-        absl::StatusOr<pb::TxnResponse> got = options_.client->Txn(read);
+        absl::StatusOr<pb::TxnResponse> got = ReadTxn(read);
         int64_t mod = 0;
         if (got.ok() && ours(w, FirstKv(got->responses(0)),
                              FirstKv(got->responses(1)), &mod)) {
@@ -2020,6 +2050,10 @@ absl::StatusOr<std::unique_ptr<EtcdLog>> EtcdLog::Open(EtcdLogOptions options) {
   }
   if (options.max_txn_ops < 16) {
     return absl::InvalidArgumentError("max_txn_ops must be at least 16");
+  }
+  if (options.txn_timeout_ms <= 0 || options.txn_attempt_timeout_ms <= 0) {
+    return absl::InvalidArgumentError(
+        "txn_timeout_ms and txn_attempt_timeout_ms must be positive");
   }
   absl::StatusOr<ClusterInfo> cluster =
       ReadCluster(*options.client, options.key_prefix);
