@@ -414,9 +414,10 @@ class EtcdLog::Impl {
   // Reads each of `keys` (one key each) in as few Txns as
   // options.max_txn_ops allows: `kvs[i]` is keys[i]'s kv, or null when it
   // is absent, pointing into `pages`. The first error ends it.
-  // A read-only Txn (ranges only), sent with the attempt deadline and sent
-  // again while its answer is lost, each time with twice the deadline, for
-  // at most txn_timeout_ms in all (etcd_log.h, txn_attempt_timeout_ms).
+  // A read-only Txn (ranges only), sent with the attempt deadline and, each
+  // time it waits that out, sent again with twice the deadline, for at most
+  // txn_timeout_ms in all (etcd_log.h, txn_attempt_timeout_ms). Any other
+  // failure is returned at once.
   absl::StatusOr<pb::TxnResponse> ReadTxn(const pb::TxnRequest& txn);
   absl::Status ReadKeys(const std::vector<std::string>& keys,
                         std::vector<pb::TxnResponse>& pages,
@@ -1125,7 +1126,8 @@ absl::StatusOr<pb::TxnResponse> EtcdLog::Impl::ReadTxn(
       std::min(options_.txn_attempt_timeout_ms, options_.txn_timeout_ms);
   while (true) {
     absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn, deadline_ms);
-    if (r.ok() || !etcd::IsUnknownOutcome(r.status()) || Stopping()) return r;
+    // Any other failure is the caller's to handle, at once, as before.
+    if (!absl::IsDeadlineExceeded(r.status()) || Stopping()) return r;
     const int64_t left = options_.txn_timeout_ms -
                          std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::steady_clock::now() - start)
@@ -1533,7 +1535,12 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     if (r.ok()) break;
     const absl::Status& e = r.status();
     if (etcd::IsUnknownOutcome(e)) {
-      deadline_ms = std::min(options_.txn_timeout_ms, deadline_ms * 2);
+      // Longer only after a send that waited its deadline out: one that
+      // failed at once (a member gone, "no leader") says nothing of how
+      // long etcd takes.
+      if (absl::IsDeadlineExceeded(e)) {
+        deadline_ms = std::min(options_.txn_timeout_ms, deadline_ms * 2);
+      }
       if (Stopping()) {
         for (Item& item : items) {
           Complete(item, absl::UnavailableError(absl::StrCat(

@@ -137,13 +137,13 @@ struct EtcdLogOptions {
   size_t max_request_bytes = 4 << 20;
   size_t max_queued = 100000;  // beyond it Append is RESOURCE_EXHAUSTED
   int64_t txn_timeout_ms = 5000;
-  // A group's Txn is sent with this deadline (at most txn_timeout_ms); each
-  // send again of the identical Txn (its outcome unknown) waits twice as
-  // long as the one before, up to txn_timeout_ms. etcd never answers a Txn
-  // that a follower forwarded to a leader that then died (the proposal is
-  // lost with it): such a Txn is sent again after this deadline, not after
-  // txn_timeout_ms, so losing etcd's leader stalls appends about as long as
-  // etcd takes to elect another.
+  // A group's Txn, and a read Txn of the log's, is sent with this deadline
+  // (at most txn_timeout_ms); a send that waits it out is followed by one
+  // with twice the deadline, up to txn_timeout_ms (a send that fails at once
+  // keeps it). etcd never answers a Txn that a follower forwarded to a
+  // leader that then died (the proposal is lost with it): such a Txn is sent
+  // again after this deadline, not after txn_timeout_ms, so losing etcd's
+  // leader stalls appends about as long as etcd takes to elect another.
   int64_t txn_attempt_timeout_ms = 1000;
   // How long a buffered append may be held for its gid's next group (see
   // "Held buffered appends" above); 0: none is held, every append waits for
