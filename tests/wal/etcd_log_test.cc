@@ -221,6 +221,29 @@ TEST_CASE(
   CHECK(h.log().Read("g1")->summary.decision == Decision::kCancel);
 }
 
+TEST_CASE(
+    "Stats keeps its last count of unfinished ones while etcd is silent") {
+  // Stats runs on a pool thread of tccd's (the gauges, every 2 s on etcd):
+  // it must not hold that thread for the call timeout, nor report 0.
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {proxy.endpoint()}});
+  h.log_options().txn_attempt_timeout_ms = 300;
+  h.Reopen();
+  REQUIRE(Register(h.log(), "g1").ok());
+  REQUIRE(Register(h.log(), "g2").ok());
+  CHECK(h.log().Stats().unfinished == 2);
+  proxy.SetBlackhole(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t silent = h.log().Stats().unfinished;
+  const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count();
+  proxy.SetBlackhole(false);
+  CHECK(silent == 2);
+  CHECK(ms < 4000);  // the client's call timeout is 5 s
+}
+
 TEST_CASE("a lost campaign reply is resolved by reading the owner key") {
   EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
   EtcdHarness h(RetentionPolicy{},

@@ -507,6 +507,7 @@ class EtcdLog::Impl {
   std::atomic<uint64_t> txns_committed_{0};
   std::atomic<uint64_t> appends_committed_{0};
   std::atomic<uint64_t> synced_appends_{0};
+  mutable std::atomic<uint64_t> last_unfinished_{0};  // Stats' last count
   std::atomic<uint64_t> buffered_appends_{0};
   std::atomic<uint64_t> appends_held_{0};
   // Registrations refused (RESOURCE_EXHAUSTED) while the size budget would
@@ -2038,8 +2039,13 @@ LogStats EtcdLog::Impl::Stats() const {
   count.set_key(keys_.AllHeads());
   count.set_range_end(PrefixEnd(keys_.AllHeads()));
   count.set_count_only(true);
-  absl::StatusOr<pb::RangeResponse> r = options_.client->Range(count);
-  if (r.ok()) stats.unfinished = static_cast<uint64_t>(r->count());
+  // A gauge: asked with the short deadline (a read lost with etcd's leader
+  // would hold the caller, a pool thread, for the whole call timeout), and
+  // the last count stands when etcd does not answer.
+  absl::StatusOr<pb::RangeResponse> r =
+      options_.client->Range(count, options_.txn_attempt_timeout_ms);
+  if (r.ok()) last_unfinished_.store(static_cast<uint64_t>(r->count()));
+  stats.unfinished = last_unfinished_.load();
   return stats;
 }
 
