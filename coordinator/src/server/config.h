@@ -175,9 +175,10 @@ struct ClusterEtcdConfig {
   std::string password_file;
   int64_t call_timeout_ms = 5000;
   // The first send of a group commit's Txn (or of a read Txn of the etcd
-  // log) waits this long for etcd's answer; a send that waits it out is
-  // followed by one with twice the deadline, up to call_timeout_ms: etcd
-  // never answers a Txn whose proposal was lost with a leader that died.
+  // log) waits this long for etcd's answer; from the second send that waits
+  // it out on, each next one waits twice as long, up to call_timeout_ms:
+  // etcd never answers a Txn whose proposal was lost with a leader that
+  // died.
   int64_t txn_attempt_timeout_ms = 1000;
   // etcd's --max-txn-ops and --max-request-bytes (the group commit's
   // limits; must not exceed what the members run with).

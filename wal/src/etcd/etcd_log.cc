@@ -1125,6 +1125,7 @@ absl::StatusOr<pb::TxnResponse> EtcdLog::Impl::ReadTxn(
   const auto start = std::chrono::steady_clock::now();
   int64_t deadline_ms =
       std::min(options_.txn_attempt_timeout_ms, options_.txn_timeout_ms);
+  int timeouts = 0;
   while (true) {
     absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn, deadline_ms);
     // Any other failure is the caller's to handle, at once, as before.
@@ -1134,7 +1135,8 @@ absl::StatusOr<pb::TxnResponse> EtcdLog::Impl::ReadTxn(
                              std::chrono::steady_clock::now() - start)
                              .count();
     if (left <= 0) return r;
-    deadline_ms = std::min(left, deadline_ms * 2);
+    if (++timeouts >= 2) deadline_ms *= 2;  // as ProcessGroup's sends
+    deadline_ms = std::min(left, deadline_ms);
   }
 }
 
@@ -1528,6 +1530,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   // lost is sent again soon, one that is merely slow gets longer each time.
   int64_t deadline_ms =
       std::min(options_.txn_attempt_timeout_ms, options_.txn_timeout_ms);
+  int timeouts = 0;  // sends that waited out their deadline
   absl::StatusOr<pb::TxnResponse> r;
   while (true) {
     txns_sent_.fetch_add(1);
@@ -1536,10 +1539,12 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     if (r.ok()) break;
     const absl::Status& e = r.status();
     if (etcd::IsUnknownOutcome(e)) {
-      // Longer only after a send that waited its deadline out: one that
-      // failed at once (a member gone, "no leader") says nothing of how
-      // long etcd takes.
-      if (absl::IsDeadlineExceeded(e)) {
+      // Longer only from the second send that waited its deadline out: the
+      // first after a leader died may reach a member that has not
+      // yet noticed (etcd elects within one to two election timeouts). One
+      // that failed at once (a member gone, "no leader") says nothing of
+      // how long etcd takes.
+      if (absl::IsDeadlineExceeded(e) && ++timeouts >= 2) {
         deadline_ms = std::min(options_.txn_timeout_ms, deadline_ms * 2);
       }
       if (Stopping()) {
