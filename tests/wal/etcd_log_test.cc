@@ -245,6 +245,19 @@ TEST_CASE(
   CHECK(ms < 4000);  // the client's call timeout is 5 s
 }
 
+TEST_CASE("Stats counts the unfinished ones of the shards this node owns") {
+  // tccd resets its in-flight count (limits.max_in_flight) from this every
+  // 2 s: a count of every node's heads would make each node refuse new
+  // transactions once the whole cluster held the limit.
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {}, .shards = 2});
+  REQUIRE(Register(h.log(), GidOfShard(0, 2, "s0-")).ok());
+  REQUIRE(Register(h.log(), GidOfShard(1, 2, "s1-")).ok());
+  CHECK(h.log().Stats().unfinished == 2);
+  REQUIRE(h.etcd_log().ReleaseShard(1).ok());  // as if another node took it
+  CHECK(h.log().Stats().unfinished == 1);
+}
+
 TEST_CASE("a lost campaign reply is resolved by reading the owner key") {
   EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
   EtcdHarness h(RetentionPolicy{},

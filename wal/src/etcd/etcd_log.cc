@@ -2040,16 +2040,40 @@ LogStats EtcdLog::Impl::Stats() const {
     stats.dedup_horizon_ms =
         std::max(stats.dedup_horizon_ms, shards_[k].horizon_ms.load());
   }
-  pb::RangeRequest count;
-  count.set_key(keys_.AllHeads());
-  count.set_range_end(PrefixEnd(keys_.AllHeads()));
-  count.set_count_only(true);
-  // A gauge: asked with the short deadline (a read lost with etcd's leader
-  // would hold the caller, a pool thread, for the whole call timeout), and
-  // the last count stands when etcd does not answer.
-  absl::StatusOr<pb::RangeResponse> r =
-      options_.client->Range(count, options_.txn_attempt_timeout_ms);
-  if (r.ok()) last_unfinished_.store(static_cast<uint64_t>(r->count()));
+  // This node's unfinished transactions: the heads of the shards it owns
+  // (tccd resets its in-flight count, limits.max_in_flight, from this; the
+  // nodes' figures add up to the cluster's). One Txn of count-only ranges;
+  // a gauge, so asked with the short deadline (a read lost with etcd's
+  // leader would hold the caller, a pool thread, for the whole call
+  // timeout), and the last count stands when etcd does not answer.
+  std::vector<uint32_t> owned;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (uint32_t k = 0; k < cluster_.shards; ++k) {
+      if (shards_[k].owned && !shards_[k].lost) owned.push_back(k);
+    }
+  }
+  uint64_t unfinished = 0;
+  bool counted = true;
+  const size_t per_txn = std::max<size_t>(1, options_.max_txn_ops - 1);
+  for (size_t from = 0; from < owned.size() && counted; from += per_txn) {
+    const size_t to = std::min(owned.size(), from + per_txn);
+    pb::TxnRequest txn;
+    for (size_t i = from; i < to; ++i) {
+      pb::RangeRequest* r = txn.add_success()->mutable_request_range();
+      r->set_key(keys_.HeadPrefix(owned[i]));
+      r->set_range_end(PrefixEnd(keys_.HeadPrefix(owned[i])));
+      r->set_count_only(true);
+    }
+    absl::StatusOr<pb::TxnResponse> r =
+        options_.client->Txn(txn, options_.txn_attempt_timeout_ms);
+    counted = r.ok();
+    if (!counted) break;
+    for (const pb::ResponseOp& op : r->responses()) {
+      unfinished += static_cast<uint64_t>(op.response_range().count());
+    }
+  }
+  if (counted) last_unfinished_.store(unfinished);
   stats.unfinished = last_unfinished_.load();
   return stats;
 }
