@@ -411,14 +411,14 @@ class EtcdLog::Impl {
 
   void CommitterLoop();
   void ProcessGroup(std::vector<Item>& items);
+  // A read-only Txn (ranges only), sent with the attempt deadline and, each
+  // time it waits that out, sent again (from the second time on with twice
+  // the deadline), for at most txn_timeout_ms in all (etcd_log.h,
+  // txn_attempt_timeout_ms). Any other failure is returned at once.
+  absl::StatusOr<pb::TxnResponse> ReadTxn(const pb::TxnRequest& txn);
   // Reads each of `keys` (one key each) in as few Txns as
   // options.max_txn_ops allows: `kvs[i]` is keys[i]'s kv, or null when it
   // is absent, pointing into `pages`. The first error ends it.
-  // A read-only Txn (ranges only), sent with the attempt deadline and, each
-  // time it waits that out, sent again with twice the deadline, for at most
-  // txn_timeout_ms in all (etcd_log.h, txn_attempt_timeout_ms). Any other
-  // failure is returned at once.
-  absl::StatusOr<pb::TxnResponse> ReadTxn(const pb::TxnRequest& txn);
   absl::Status ReadKeys(const std::vector<std::string>& keys,
                         std::vector<pb::TxnResponse>& pages,
                         std::vector<const mvccpb::KeyValue*>& kvs);
@@ -1540,10 +1540,10 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     const absl::Status& e = r.status();
     if (etcd::IsUnknownOutcome(e)) {
       // Longer only from the second send that waited its deadline out: the
-      // first after a leader died may reach a member that has not
-      // yet noticed (etcd elects within one to two election timeouts). One
-      // that failed at once (a member gone, "no leader") says nothing of
-      // how long etcd takes.
+      // first after a leader died may reach a member that has not yet
+      // noticed (etcd elects within one to two election timeouts). One that
+      // failed at once (a member gone, "no leader") says nothing of how
+      // long etcd takes.
       if (absl::IsDeadlineExceeded(e) && ++timeouts >= 2) {
         deadline_ms = std::min(options_.txn_timeout_ms, deadline_ms * 2);
       }
