@@ -145,6 +145,24 @@ TEST_CASE(
   }
 }
 
+int64_t MsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now() - t)
+      .count();
+}
+
+// A harness whose log reaches etcd through `proxy`, each send with an
+// attempt deadline of `attempt_ms`, within a Txn timeout of `txn_timeout_ms`.
+std::unique_ptr<EtcdHarness> Proxied(EtcdFaultProxy& proxy, int64_t attempt_ms,
+                                     int64_t txn_timeout_ms = 5000) {
+  auto h = std::make_unique<EtcdHarness>(
+      RetentionPolicy{}, EtcdHarnessOptions{.endpoints = {proxy.endpoint()}});
+  h->log_options().txn_attempt_timeout_ms = attempt_ms;
+  h->log_options().txn_timeout_ms = txn_timeout_ms;
+  h->Reopen();
+  return h;
+}
+
 TEST_CASE("a Txn committed while its reply is dropped ends OK, stored once") {
   EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
   EtcdHarness h(RetentionPolicy{},
@@ -188,27 +206,19 @@ TEST_CASE(
   // its attempt's deadline (here 300 ms; from the second send that waits it
   // out on, twice the one before).
   EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
-  EtcdHarness h(RetentionPolicy{},
-                EtcdHarnessOptions{.endpoints = {proxy.endpoint()}});
-  h.log_options().txn_timeout_ms = 30000;
-  h.log_options().txn_attempt_timeout_ms = 300;
-  h.Reopen();
+  std::unique_ptr<EtcdHarness> hp = Proxied(proxy, 300, 30000);
+  EtcdHarness& h = *hp;
   REQUIRE(Register(h.log(), "g1").ok());
-  const auto ms_since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now() - t)
-        .count();
-  };
   proxy.LoseTxnRequests(1);
   auto t0 = std::chrono::steady_clock::now();
   CHECK(Register(h.log(), "g2").ok());
-  const int64_t one_lost_ms = ms_since(t0);
+  const int64_t one_lost_ms = MsSince(t0);
   // Three lost in a row: 300 + 300 + 600 ms of deadlines, then it lands.
   proxy.LoseTxnRequests(3);
   t0 = std::chrono::steady_clock::now();
   CHECK(
       AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kCancel)})).ok());
-  const int64_t three_lost_ms = ms_since(t0);
+  const int64_t three_lost_ms = MsSince(t0);
   INFO("one lost: " << one_lost_ms << " ms; three lost: " << three_lost_ms
                     << " ms");
   // The first lost is the read of g2 before its registration (a read Txn,
@@ -227,19 +237,15 @@ TEST_CASE(
   // Stats runs on a pool thread of tccd's (the gauges, every 2 s on etcd):
   // it must not hold that thread for the call timeout, nor report 0.
   EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
-  EtcdHarness h(RetentionPolicy{},
-                EtcdHarnessOptions{.endpoints = {proxy.endpoint()}});
-  h.log_options().txn_attempt_timeout_ms = 300;
-  h.Reopen();
+  std::unique_ptr<EtcdHarness> hp = Proxied(proxy, 300);
+  EtcdHarness& h = *hp;
   REQUIRE(Register(h.log(), "g1").ok());
   REQUIRE(Register(h.log(), "g2").ok());
   CHECK(h.log().Stats().unfinished == 2);
   proxy.SetBlackhole(true);
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t silent = h.log().Stats().unfinished;
-  const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::steady_clock::now() - t0)
-                         .count();
+  const int64_t ms = MsSince(t0);
   proxy.SetBlackhole(false);
   CHECK(silent == 2);
   CHECK(ms < 4000);  // the client's call timeout is 5 s

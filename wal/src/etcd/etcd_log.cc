@@ -60,6 +60,30 @@ const mvccpb::KeyValue* FirstKv(const pb::ResponseOp& op) {
 // not wait for its answers).
 thread_local bool on_committer = false;
 
+// The deadline of each send of one Txn (etcd_log.h, txn_attempt_timeout_ms):
+// the attempt deadline, kept by the second send that waited it out (right
+// after etcd's leader died a send may reach a member that has not yet
+// noticed, and etcd elects within one to two election timeouts), doubled
+// from the third on, up to the Txn timeout. A send that failed at once (a
+// member gone, "no leader") says nothing of how long etcd takes.
+class SendDeadlines {
+ public:
+  SendDeadlines(int64_t attempt_ms, int64_t cap_ms)
+      : ms_(std::min(attempt_ms, cap_ms)), cap_ms_(cap_ms) {}
+  int64_t ms() const { return ms_; }
+  // After a send that ended with `s`.
+  void After(const absl::Status& s) {
+    if (absl::IsDeadlineExceeded(s) && ++timeouts_ >= 2) {
+      ms_ = std::min(cap_ms_, ms_ * 2);
+    }
+  }
+
+ private:
+  int64_t ms_;
+  const int64_t cap_ms_;
+  int timeouts_ = 0;
+};
+
 // Appends the records of `inline_records` (a head's, checked by DecodeHead)
 // to `out`.
 absl::Status DecodeInline(const std::vector<std::string>& inline_records,
@@ -1123,20 +1147,20 @@ void EtcdLog::Impl::CommitterLoop() {
 absl::StatusOr<pb::TxnResponse> EtcdLog::Impl::ReadTxn(
     const pb::TxnRequest& txn) {
   const auto start = std::chrono::steady_clock::now();
-  int64_t deadline_ms =
-      std::min(options_.txn_attempt_timeout_ms, options_.txn_timeout_ms);
-  int timeouts = 0;
+  SendDeadlines deadline(options_.txn_attempt_timeout_ms,
+                         options_.txn_timeout_ms);
+  int64_t left = options_.txn_timeout_ms;
   while (true) {
-    absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(txn, deadline_ms);
+    absl::StatusOr<pb::TxnResponse> r =
+        options_.client->Txn(txn, std::min(left, deadline.ms()));
     // Any other failure is the caller's to handle, at once, as before.
     if (!absl::IsDeadlineExceeded(r.status()) || Stopping()) return r;
-    const int64_t left = options_.txn_timeout_ms -
-                         std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+    left = options_.txn_timeout_ms -
+           std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now() - start)
+               .count();
     if (left <= 0) return r;
-    if (++timeouts >= 2) deadline_ms *= 2;  // as ProcessGroup's sends
-    deadline_ms = std::min(left, deadline_ms);
+    deadline.After(r.status());
   }
 }
 
@@ -1526,27 +1550,19 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   pb::TxnRequest txn = group.Build(fences);
   int attempt = 0;
   int64_t backoff = options_.resend_backoff_ms;
-  // Each send's deadline (etcd_log.h, txn_attempt_timeout_ms): a Txn etcd
-  // lost is sent again soon, one that is merely slow gets longer each time.
-  int64_t deadline_ms =
-      std::min(options_.txn_attempt_timeout_ms, options_.txn_timeout_ms);
-  int timeouts = 0;  // sends that waited out their deadline
+  // A Txn etcd lost is sent again soon, one that is merely slow gets longer
+  // each time.
+  SendDeadlines deadline(options_.txn_attempt_timeout_ms,
+                         options_.txn_timeout_ms);
   absl::StatusOr<pb::TxnResponse> r;
   while (true) {
     txns_sent_.fetch_add(1);
-    r = options_.client->Txn(txn, deadline_ms);
+    r = options_.client->Txn(txn, deadline.ms());
     NoteReachable(r.status());
     if (r.ok()) break;
     const absl::Status& e = r.status();
     if (etcd::IsUnknownOutcome(e)) {
-      // Longer only from the second send that waited its deadline out: the
-      // first after a leader died may reach a member that has not yet
-      // noticed (etcd elects within one to two election timeouts). One that
-      // failed at once (a member gone, "no leader") says nothing of how
-      // long etcd takes.
-      if (absl::IsDeadlineExceeded(e) && ++timeouts >= 2) {
-        deadline_ms = std::min(options_.txn_timeout_ms, deadline_ms * 2);
-      }
+      deadline.After(e);
       if (Stopping()) {
         for (Item& item : items) {
           Complete(item, absl::UnavailableError(absl::StrCat(
