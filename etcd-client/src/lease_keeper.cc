@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<LeaseKeeper>> LeaseKeeper::Grant(
   }
   const int64_t sent_at = clock.NowMs();
   absl::StatusOr<etcdserverpb::LeaseGrantResponse> granted =
-      client.LeaseGrant(options.ttl_ms / 1000);
+      client.LeaseGrant(options.ttl_ms / 1000, options.grant_timeout_ms);
   if (!granted.ok()) return granted.status();
   const int64_t ttl_ms = granted->ttl() * 1000;
   return std::unique_ptr<LeaseKeeper>(

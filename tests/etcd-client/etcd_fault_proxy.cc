@@ -49,6 +49,9 @@ class EtcdFaultProxy::Services {
     grpc::Status Range(grpc::ServerContext* ctx, const pb::RangeRequest* req,
                        pb::RangeResponse* resp) override {
       if (p_.blackhole_) return Hang(ctx);
+      if (p_.lose_ranges_.load() > 0 && p_.lose_ranges_.fetch_sub(1) > 0) {
+        return Hang(ctx);
+      }
       grpc::ClientContext c;
       Forward(ctx, c);
       return stub->Range(&c, *req, resp);
@@ -102,6 +105,9 @@ class EtcdFaultProxy::Services {
                             const pb::LeaseGrantRequest* req,
                             pb::LeaseGrantResponse* resp) override {
       if (p_.blackhole_) return Hang(ctx);
+      if (p_.lose_grants_.load() > 0 && p_.lose_grants_.fetch_sub(1) > 0) {
+        return Hang(ctx);
+      }
       grpc::ClientContext c;
       Forward(ctx, c);
       return stub->LeaseGrant(&c, *req, resp);

@@ -10,6 +10,10 @@
 // - LoseTxnRequests(n): the next n Txns are neither forwarded nor answered:
 //   each waits out its caller's deadline (as a proposal that a follower
 //   forwarded to a leader that then died: etcd never answers it);
+// - LoseRangeRequests(n): the same for the next n Ranges (a read that a
+//   follower forwarded to a leader that then died);
+// - LoseLeaseGrants(n): the same for the next n LeaseGrants (a grant is a
+//   proposal too);
 // - SetKeepAliveDelayMs(ms): each keep-alive's answer is held that long;
 // - SetBlackhole(true): every call waits out its deadline (a member that
 //   stopped answering).
@@ -40,6 +44,8 @@ class EtcdFaultProxy {
   void DropTxnReplies(int n) { drop_replies_ = n; }
   void DropTxnRequests(int n) { drop_requests_ = n; }
   void LoseTxnRequests(int n) { lose_requests_ = n; }
+  void LoseRangeRequests(int n) { lose_ranges_ = n; }
+  void LoseLeaseGrants(int n) { lose_grants_ = n; }
   void SetKeepAliveDelayMs(int64_t ms) { keepalive_delay_ms_ = ms; }
   void SetBlackhole(bool on) { blackhole_ = on; }
   // Txns forwarded so far (dropped replies included).
@@ -51,6 +57,8 @@ class EtcdFaultProxy {
   std::atomic<int> drop_replies_{0};
   std::atomic<int> drop_requests_{0};
   std::atomic<int> lose_requests_{0};
+  std::atomic<int> lose_ranges_{0};
+  std::atomic<int> lose_grants_{0};
   std::atomic<int64_t> keepalive_delay_ms_{0};
   std::atomic<bool> blackhole_{false};
   std::atomic<int> txns_forwarded_{0};

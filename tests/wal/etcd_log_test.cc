@@ -19,6 +19,8 @@
 #include "log_factories.h"
 #include "log_test_util.h"
 #include "tcc/failpoint/failpoint.h"
+#include "tcc/wal/etcd_membership.h"
+#include "tcc/wal/etcd_node.h"
 
 namespace tcc::wal::testing {
 namespace {
@@ -230,6 +232,122 @@ TEST_CASE(
   CHECK(Records(h.log(), "g2") == 1);
   CHECK(Records(h.log(), "g1") == 2);
   CHECK(h.log().Read("g1")->summary.decision == Decision::kCancel);
+}
+
+TEST_CASE(
+    "a takeover's calls etcd never answers are sent again after their "
+    "attempt's deadline") {
+  // A takeover often runs while etcd elects a leader (the machine that died
+  // may have held etcd's leader too): the owner read, the fenced delete, the
+  // campaign, the release and the shard's scan must each be sent again after
+  // the attempt's deadline (here 300 ms), not wait out the client's 5 s call
+  // timeout while the shard has no owner.
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  std::unique_ptr<EtcdHarness> hp = Proxied(proxy, 300, 30000);
+  EtcdHarness& h = *hp;
+  REQUIRE(Register(h.log(), "g1").ok());
+  absl::StatusOr<uint64_t> first = h.log().TakeOwnerEpoch(0);
+  REQUIRE(first.ok());
+  // Owned already: the owner read and the fenced delete are lost once each.
+  proxy.LoseRangeRequests(1);
+  proxy.LoseTxnRequests(1);
+  auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<uint64_t> second = h.log().TakeOwnerEpoch(0);
+  const int64_t retake_ms = MsSince(t0);
+  INFO("retake: " << second.status().ToString() << " after " << retake_ms
+                  << " ms");
+  REQUIRE(second.ok());
+  CHECK(*second > *first);
+  // The release's fenced delete is lost once.
+  proxy.LoseTxnRequests(1);
+  t0 = std::chrono::steady_clock::now();
+  CHECK(h.etcd_log().ReleaseShard(0).ok());
+  const int64_t release_ms = MsSince(t0);
+  CHECK_FALSE(h.etcd_log().Owns(0));
+  // Unowned: the campaign is lost once.
+  proxy.LoseTxnRequests(1);
+  t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<uint64_t> third = h.log().TakeOwnerEpoch(0);
+  const int64_t campaign_ms = MsSince(t0);
+  REQUIRE(third.ok());
+  CHECK(*third > *second);
+  // The scan's first page is lost once.
+  proxy.LoseRangeRequests(1);
+  std::vector<std::string> found;
+  t0 = std::chrono::steady_clock::now();
+  CHECK(h.log()
+            .ScanUnfinished(0,
+                            [&](TxnLog t) {
+                              found.push_back(t.summary.gid);
+                              return absl::OkStatus();
+                            })
+            .ok());
+  const int64_t scan_ms = MsSince(t0);
+  INFO("retake " << retake_ms << " ms, release " << release_ms
+                 << " ms, campaign " << campaign_ms << " ms, scan " << scan_ms
+                 << " ms");
+  CHECK(retake_ms < 4000);
+  CHECK(release_ms < 4000);
+  CHECK(campaign_ms < 4000);
+  CHECK(scan_ms < 4000);
+  CHECK(found == std::vector<std::string>{"g1"});
+  // The shard is this log's again: an append goes through.
+  CHECK(
+      AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kCancel)})).ok());
+}
+
+TEST_CASE("a membership read etcd never answers is sent again") {
+  // The shard manager reads the membership before every takeover round.
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  std::unique_ptr<EtcdHarness> hp = Proxied(proxy, 300, 30000);
+  EtcdHarness& h = *hp;
+  REQUIRE(h.log().TakeOwnerEpoch(0).ok());
+  proxy.LoseTxnRequests(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<Membership> m =
+      ReadMembership(h.client(), h.prefix(), 1, ReadTimeouts{300, 30000});
+  const int64_t ms = MsSince(t0);
+  INFO("two lost: " << ms << " ms");
+  REQUIRE(m.ok());
+  REQUIRE(m->owners.size() == 1);
+  CHECK(m->owners[0].has_value());
+  CHECK(ms < 4000);
+  CHECK(ms >= 600);  // each send waited its own deadline
+}
+
+TEST_CASE("a node's registration calls etcd never answers are sent again") {
+  // A node joins at start and again after its lease was lost (an etcd
+  // outage, often with a leader change): the lease grant and the
+  // registration Txn are each sent again after the attempt's deadline (here
+  // 300 ms), not after the client's 5 s call timeout.
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  std::unique_ptr<EtcdHarness> hp = Proxied(proxy, 300, 30000);
+  EtcdHarness& h = *hp;
+  NodeOptions o;
+  o.client = &h.client();
+  o.key_prefix = h.prefix();
+  o.node_id = "n-lost";
+  o.address = "127.0.0.1:1";
+  o.lease_ttl_ms = 2000;
+  o.lease_margin_ms = 500;
+  o.attempt_timeout_ms = 300;
+  o.call_timeout_ms = 30000;
+  proxy.LoseLeaseGrants(1);
+  proxy.LoseTxnRequests(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<NodeRegistration>> reg =
+      NodeRegistration::Join(o, [](const absl::Status&) {});
+  const int64_t ms = MsSince(t0);
+  INFO("join: " << reg.status().ToString() << " after " << ms << " ms");
+  REQUIRE(reg.ok());
+  CHECK(ms < 4000);
+  CHECK(ms >= 600);  // each lost send waited its own deadline
+  absl::StatusOr<Membership> m = ReadMembership(h.client(), h.prefix(), 1);
+  REQUIRE(m.ok());
+  REQUIRE(m->nodes.size() == 1);
+  CHECK(m->nodes[0].node_id == "n-lost");
+  CHECK(m->nodes[0].lease == (*reg)->lease_id());
+  CHECK((*reg)->Leave().ok());
 }
 
 TEST_CASE(

@@ -19,8 +19,9 @@ ShardManager::~ShardManager() { Stop(); }
 
 absl::Status ShardManager::RunOnce() {
   std::lock_guard<std::mutex> acting(act_mu_);
-  absl::StatusOr<wal::Membership> m = wal::ReadMembership(
-      *options_.client, options_.key_prefix, options_.shards);
+  absl::StatusOr<wal::Membership> m =
+      wal::ReadMembership(*options_.client, options_.key_prefix,
+                          options_.shards, options_.read_timeouts);
   if (!m.ok()) {
     observer_->OnReadFailed(m.status());
     return m.status();

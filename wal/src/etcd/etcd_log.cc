@@ -20,6 +20,7 @@
 #include "etcd/etcd_codec.h"
 #include "etcd/etcd_keys.h"
 #include "etcd/group_txn.h"
+#include "etcd/send_deadlines.h"
 #include "internal/txn_rules.h"
 #include "record_codec.h"
 #include "tcc/etcd/boot_clock.h"
@@ -60,30 +61,6 @@ const mvccpb::KeyValue* FirstKv(const pb::ResponseOp& op) {
 // not wait for its answers).
 thread_local bool on_committer = false;
 
-// The deadline of each send of one Txn (etcd_log.h, txn_attempt_timeout_ms):
-// the attempt deadline, kept by the second send that waited it out (right
-// after etcd's leader died a send may reach a member that has not yet
-// noticed, and etcd elects within one to two election timeouts), doubled
-// from the third on, up to the Txn timeout. A send that failed at once (a
-// member gone, "no leader") says nothing of how long etcd takes.
-class SendDeadlines {
- public:
-  SendDeadlines(int64_t attempt_ms, int64_t cap_ms)
-      : ms_(std::min(attempt_ms, cap_ms)), cap_ms_(cap_ms) {}
-  int64_t ms() const { return ms_; }
-  // After a send that ended with `s`.
-  void After(const absl::Status& s) {
-    if (absl::IsDeadlineExceeded(s) && ++timeouts_ >= 2) {
-      ms_ = std::min(cap_ms_, ms_ * 2);
-    }
-  }
-
- private:
-  int64_t ms_;
-  const int64_t cap_ms_;
-  int timeouts_ = 0;
-};
-
 // Appends the records of `inline_records` (a head's, checked by DecodeHead)
 // to `out`.
 absl::Status DecodeInline(const std::vector<std::string>& inline_records,
@@ -108,8 +85,10 @@ absl::Status DecodeInline(const HeadValue& head, std::string_view key,
 
 // Pages through [key, range_end) at `revision` (0: the current one),
 // calling `each` for every kv. A compacted revision is OUT_OF_RANGE.
+using RangeFn =
+    std::function<absl::StatusOr<pb::RangeResponse>(const pb::RangeRequest&)>;
 absl::Status RangeAll(
-    etcd::Client& client, const std::string& key, const std::string& range_end,
+    const RangeFn& range, const std::string& key, const std::string& range_end,
     int64_t revision,
     const std::function<absl::Status(const mvccpb::KeyValue&)>& each,
     int64_t* read_revision = nullptr) {
@@ -120,7 +99,7 @@ absl::Status RangeAll(
     request.set_range_end(range_end);
     request.set_limit(1000);
     request.set_revision(revision);
-    absl::StatusOr<pb::RangeResponse> page = client.Range(request);
+    absl::StatusOr<pb::RangeResponse> page = range(request);
     if (!page.ok()) return page.status();
     // Every page at the same revision as the first (a consistent view).
     if (revision == 0) revision = page->header().revision();
@@ -440,6 +419,15 @@ class EtcdLog::Impl {
   // the deadline), for at most txn_timeout_ms in all (etcd_log.h,
   // txn_attempt_timeout_ms). Any other failure is returned at once.
   absl::StatusOr<pb::TxnResponse> ReadTxn(const pb::TxnRequest& txn);
+  // The same for a Range (RangeAll's pages, single-key reads).
+  absl::StatusOr<pb::RangeResponse> ReadRange(const pb::RangeRequest& request);
+  // A Txn that is safe to send again as it is (its compares make a second
+  // apply impossible, or an answer the caller reads: the ownership Txns,
+  // retention's), sent until etcd answers it or refuses it: each send with
+  // the attempt deadline (SendDeadlines), an unknown outcome sent again
+  // after a backoff, any other failure returned. Ends early only when the
+  // log stops.
+  absl::StatusOr<pb::TxnResponse> SendUntilAnswered(const pb::TxnRequest& txn);
   // Reads each of `keys` (one key each) in as few Txns as
   // options.max_txn_ops allows: `kvs[i]` is keys[i]'s kv, or null when it
   // is absent, pointing into `pages`. The first error ends it.
@@ -475,6 +463,10 @@ class EtcdLog::Impl {
   absl::Status ReadGate(int64_t* timeout_ms);
 
   const EtcdLogOptions options_;
+  // RangeAll's pages, each read as ReadRange reads.
+  const RangeFn read_range_ = [this](const pb::RangeRequest& request) {
+    return ReadRange(request);
+  };
   const ClusterInfo cluster_;
   const Layout keys_;
   std::unique_ptr<Archive> archive_;
@@ -721,7 +713,7 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadForCreate(std::string_view gid,
 absl::StatusOr<Approval> EtcdLog::Impl::ReadApproval(std::string_view id) {
   pb::RangeRequest request;
   request.set_key(keys_.Approval(id));
-  absl::StatusOr<pb::RangeResponse> r = options_.client->Range(request);
+  absl::StatusOr<pb::RangeResponse> r = ReadRange(request);
   if (!r.ok()) return r.status();
   if (r->kvs_size() == 0) {
     return absl::NotFoundError(
@@ -737,7 +729,7 @@ absl::StatusOr<ListPage> EtcdLog::Impl::List(const ListQuery& query) {
   if (!pos.ok()) return pos.status();
   std::map<std::pair<int64_t, std::string>, TxnSummary> all;
   absl::Status s = RangeAll(
-      *options_.client, keys_.AllHeads(), PrefixEnd(keys_.AllHeads()), 0,
+      read_range_, keys_.AllHeads(), PrefixEnd(keys_.AllHeads()), 0,
       [&](const mvccpb::KeyValue& kv) -> absl::Status {
         absl::StatusOr<HeadValue> h =
             internal::DecodeHead(kv.value(), kv.key());
@@ -747,7 +739,7 @@ absl::StatusOr<ListPage> EtcdLog::Impl::List(const ListQuery& query) {
         return absl::OkStatus();
       });
   if (!s.ok()) return s;
-  s = RangeAll(*options_.client, keys_.AllDone(), PrefixEnd(keys_.AllDone()), 0,
+  s = RangeAll(read_range_, keys_.AllDone(), PrefixEnd(keys_.AllDone()), 0,
                [&](const mvccpb::KeyValue& kv) -> absl::Status {
                  absl::StatusOr<CompactEntry> e =
                      internal::DecodeCompact(kv.value(), kv.key());
@@ -814,7 +806,7 @@ absl::Status EtcdLog::Impl::ScanUnfinished(
     int64_t at = 0;
     const int64_t revision = 0;
     absl::Status s = RangeAll(
-        *options_.client, keys_.HeadPrefix(shard),
+        read_range_, keys_.HeadPrefix(shard),
         PrefixEnd(keys_.HeadPrefix(shard)), revision,
         [&](const mvccpb::KeyValue& kv) -> absl::Status {
           absl::StatusOr<HeadValue> h =
@@ -837,7 +829,7 @@ absl::Status EtcdLog::Impl::ScanUnfinished(
     }
     const std::string rec =
         keys_.prefix() + "rec/" + internal::etcd_keys::ShardPart(shard) + "/";
-    s = RangeAll(*options_.client, rec, PrefixEnd(rec), at,
+    s = RangeAll(read_range_, rec, PrefixEnd(rec), at,
                  [&](const mvccpb::KeyValue& kv) -> absl::Status {
                    // rec/<k>/<gid>/<seq>
                    std::string_view key = kv.key();
@@ -889,7 +881,7 @@ absl::StatusOr<uint64_t> EtcdLog::Impl::TakeOwnerEpoch(uint32_t shard) {
   {
     pb::RangeRequest read;
     read.set_key(owner);
-    absl::StatusOr<pb::RangeResponse> r = options_.client->Range(read);
+    absl::StatusOr<pb::RangeResponse> r = ReadRange(read);
     if (!r.ok()) return r.status();
     if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
     if (r->kvs_size() > 0 && r->kvs(0).lease() == lease_id_.load()) {
@@ -900,15 +892,8 @@ absl::StatusOr<uint64_t> EtcdLog::Impl::TakeOwnerEpoch(uint32_t shard) {
       c->set_result(pb::Compare::EQUAL);
       c->set_create_revision(r->kvs(0).create_revision());
       del.add_success()->mutable_request_delete_range()->set_key(owner);
-      int64_t backoff = options_.resend_backoff_ms;
-      while (true) {
-        absl::StatusOr<pb::TxnResponse> d = options_.client->Txn(del);
-        if (d.ok()) break;
-        if (!etcd::IsUnknownOutcome(d.status()) || Stopping()) {
-          return d.status();
-        }
-        WaitBackoff(backoff);
-      }
+      absl::StatusOr<pb::TxnResponse> d = SendUntilAnswered(del);
+      if (!d.ok()) return d.status();
     }
   }
   pb::TxnRequest campaign;
@@ -924,17 +909,10 @@ absl::StatusOr<uint64_t> EtcdLog::Impl::TakeOwnerEpoch(uint32_t shard) {
   AddRange(campaign, true, keys_.Horizon(shard));
   AddRange(campaign, false, owner);
   AddRange(campaign, false, keys_.Horizon(shard));
-  int64_t backoff = options_.resend_backoff_ms;
   int64_t waited_ms = 0;
-  for (int attempt = 0;; ++attempt) {
-    absl::StatusOr<pb::TxnResponse> r = options_.client->Txn(campaign);
-    if (!r.ok()) {
-      if (!etcd::IsUnknownOutcome(r.status()) || Stopping()) {
-        return r.status();
-      }
-      WaitBackoff(backoff);
-      continue;
-    }
+  while (true) {
+    absl::StatusOr<pb::TxnResponse> r = SendUntilAnswered(campaign);
+    if (!r.ok()) return r.status();
     if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
     uint64_t epoch = 0;
     if (r->succeeded()) {
@@ -1000,13 +978,7 @@ absl::Status EtcdLog::Impl::ReleaseShard(uint32_t shard) {
   c->set_create_revision(static_cast<int64_t>(epoch));
   del.add_success()->mutable_request_delete_range()->set_key(
       keys_.Owner(shard));
-  int64_t backoff = options_.resend_backoff_ms;
-  while (true) {
-    absl::StatusOr<pb::TxnResponse> d = options_.client->Txn(del);
-    if (d.ok()) return absl::OkStatus();
-    if (!etcd::IsUnknownOutcome(d.status()) || Stopping()) return d.status();
-    WaitBackoff(backoff);
-  }
+  return SendUntilAnswered(del).status();
 }
 
 void EtcdLog::Impl::LoseShard(uint32_t shard, const absl::Status& why) {
@@ -1146,21 +1118,31 @@ void EtcdLog::Impl::CommitterLoop() {
 
 absl::StatusOr<pb::TxnResponse> EtcdLog::Impl::ReadTxn(
     const pb::TxnRequest& txn) {
-  const auto start = std::chrono::steady_clock::now();
-  SendDeadlines deadline(options_.txn_attempt_timeout_ms,
-                         options_.txn_timeout_ms);
-  int64_t left = options_.txn_timeout_ms;
+  return internal::ResendTimeouts(
+      options_.txn_attempt_timeout_ms, options_.txn_timeout_ms,
+      [this] { return Stopping(); },
+      [&](int64_t ms) { return options_.client->Txn(txn, ms); });
+}
+
+absl::StatusOr<pb::RangeResponse> EtcdLog::Impl::ReadRange(
+    const pb::RangeRequest& request) {
+  return internal::ResendTimeouts(
+      options_.txn_attempt_timeout_ms, options_.txn_timeout_ms,
+      [this] { return Stopping(); },
+      [&](int64_t ms) { return options_.client->Range(request, ms); });
+}
+
+absl::StatusOr<pb::TxnResponse> EtcdLog::Impl::SendUntilAnswered(
+    const pb::TxnRequest& txn) {
+  internal::SendDeadlines deadline(options_.txn_attempt_timeout_ms,
+                                   options_.txn_timeout_ms);
+  int64_t backoff = options_.resend_backoff_ms;
   while (true) {
     absl::StatusOr<pb::TxnResponse> r =
-        options_.client->Txn(txn, std::min(left, deadline.ms()));
-    // Any other failure is the caller's to handle, at once, as before.
-    if (!absl::IsDeadlineExceeded(r.status()) || Stopping()) return r;
-    left = options_.txn_timeout_ms -
-           std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::steady_clock::now() - start)
-               .count();
-    if (left <= 0) return r;
+        options_.client->Txn(txn, deadline.ms());
+    if (r.ok() || !etcd::IsUnknownOutcome(r.status()) || Stopping()) return r;
     deadline.After(r.status());
+    WaitBackoff(backoff);  // the identical Txn again
   }
 }
 
@@ -1552,8 +1534,8 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   int64_t backoff = options_.resend_backoff_ms;
   // A Txn etcd lost is sent again soon, one that is merely slow gets longer
   // each time.
-  SendDeadlines deadline(options_.txn_attempt_timeout_ms,
-                         options_.txn_timeout_ms);
+  internal::SendDeadlines deadline(options_.txn_attempt_timeout_ms,
+                                   options_.txn_timeout_ms);
   absl::StatusOr<pb::TxnResponse> r;
   while (true) {
     txns_sent_.fetch_add(1);
@@ -1945,8 +1927,8 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
     std::vector<Entry> entries;
     size_t bytes = 0;
     absl::Status s = RangeAll(
-        *options_.client, keys_.DonePrefix(k), PrefixEnd(keys_.DonePrefix(k)),
-        0, [&](const mvccpb::KeyValue& kv) -> absl::Status {
+        read_range_, keys_.DonePrefix(k), PrefixEnd(keys_.DonePrefix(k)), 0,
+        [&](const mvccpb::KeyValue& kv) -> absl::Status {
           absl::StatusOr<CompactEntry> e =
               internal::DecodeCompact(kv.value(), kv.key());
           if (!e.ok()) return e.status();
@@ -1958,7 +1940,7 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
         });
     if (!s.ok()) return s;
     if (policy.max_bytes != 0) {
-      s = RangeAll(*options_.client, keys_.HeadPrefix(k),
+      s = RangeAll(read_range_, keys_.HeadPrefix(k),
                    PrefixEnd(keys_.HeadPrefix(k)), 0,
                    [&](const mvccpb::KeyValue& kv) {
                      bytes += kv.key().size() + kv.value().size();
@@ -2022,13 +2004,8 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
       pb::PutRequest* put = txn.add_success()->mutable_request_put();
       put->set_key(keys_.Horizon(k));
       put->set_value(internal::EncodeHorizon(horizon));
-      int64_t backoff = options_.resend_backoff_ms;
-      absl::StatusOr<pb::TxnResponse> r;
-      while (true) {
-        r = options_.client->Txn(txn);
-        if (r.ok() || !etcd::IsUnknownOutcome(r.status()) || Stopping()) break;
-        WaitBackoff(backoff);  // identical again: deletes and a max
-      }
+      // Safe to send again as it is: deletes, and a horizon that only grows.
+      absl::StatusOr<pb::TxnResponse> r = SendUntilAnswered(txn);
       if (!r.ok()) return r.status();
       if (!r->succeeded()) {
         const absl::Status lost = absl::UnavailableError(

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "etcd/etcd_keys.h"
+#include "etcd/send_deadlines.h"
 
 namespace tcc::wal {
 namespace {
@@ -24,7 +25,8 @@ void AddRangeOp(pb::TxnRequest& txn, const std::string& prefix) {
 
 absl::StatusOr<Membership> ReadMembership(etcd::Client& client,
                                           const std::string& key_prefix,
-                                          uint32_t shards) {
+                                          uint32_t shards,
+                                          const ReadTimeouts& timeouts) {
   const Layout keys(key_prefix);
   pb::TxnRequest read;  // no compares: the success branch, at one revision
   AddRangeOp(read, keys.AllNodes());
@@ -33,7 +35,13 @@ absl::StatusOr<Membership> ReadMembership(etcd::Client& client,
   absl::StatusOr<pb::TxnResponse> r;
   // A read-only Txn may be sent again: it changes nothing.
   for (int attempt = 0; attempt < 3; ++attempt) {
-    r = client.Txn(read);
+    if (timeouts.attempt_ms > 0) {
+      r = internal::ResendTimeouts(
+          timeouts.attempt_ms, timeouts.total_ms, [] { return false; },
+          [&](int64_t ms) { return client.Txn(read, ms); });
+    } else {
+      r = client.Txn(read);
+    }
     if (r.ok() || !etcd::IsUnknownOutcome(r.status())) break;
   }
   if (!r.ok()) return r.status();

@@ -31,9 +31,10 @@
 namespace tcc::etcd {
 
 struct LeaseKeeperOptions {
-  int64_t ttl_ms = 5000;    // whole seconds, at least 2 s (cluster config)
-  int64_t margin_ms = 500;  // trust ends this long before the lease could
-  int64_t interval_ms = 0;  // between keep-alives; 0: ttl / 3
+  int64_t ttl_ms = 5000;         // whole seconds, at least 2 s (cluster config)
+  int64_t margin_ms = 500;       // trust ends this long before the lease could
+  int64_t interval_ms = 0;       // between keep-alives; 0: ttl / 3
+  int64_t grant_timeout_ms = 0;  // the grant's deadline; 0: the client's
 };
 
 class LeaseKeeper {

@@ -137,15 +137,15 @@ struct EtcdLogOptions {
   size_t max_request_bytes = 4 << 20;
   size_t max_queued = 100000;  // beyond it Append is RESOURCE_EXHAUSTED
   int64_t txn_timeout_ms = 5000;
-  // A group's Txn, and a read Txn of the log's, is sent with this deadline
-  // (at most txn_timeout_ms); from the second send that waits it out on,
-  // each next send waits twice as long, up to txn_timeout_ms (a send that
-  // fails at once changes nothing). etcd never answers a Txn that a
-  // follower forwarded to a leader that then died (the proposal is lost
-  // with it): such a Txn is sent again after this deadline, not after
-  // txn_timeout_ms; the second send keeps it, since it may reach a member
-  // that has not yet noticed the leader's death. So losing etcd's leader
-  // stalls appends about as long as etcd takes to elect another.
+  // A group's Txn, and every other call of the log's (reads, the ownership
+  // Txns, retention's), is sent with this deadline (at most txn_timeout_ms);
+  // from the second send that waits it out on, each next send waits twice as
+  // long, up to txn_timeout_ms (a send that fails at once changes nothing).
+  // etcd never answers a Txn that a follower forwarded to a leader that then
+  // died (the proposal is lost with it): such a Txn is sent again after this
+  // deadline, not after txn_timeout_ms; the second send keeps it, since it may
+  // reach a member that has not yet noticed the leader's death. So losing
+  // etcd's leader stalls appends about as long as etcd takes to elect another.
   int64_t txn_attempt_timeout_ms = 1000;
   // How long a buffered append may be held for its gid's next group (see
   // "Held buffered appends" above); 0: none is held, every append waits for
