@@ -30,6 +30,20 @@ grpc::Status Hang(grpc::ServerContext* ctx) {
   return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "blackholed");
 }
 
+// Whether `txn` puts or deletes anything (in either branch, nested too).
+bool Writes(const pb::TxnRequest& txn) {
+  for (const auto* ops : {&txn.success(), &txn.failure()}) {
+    for (const pb::RequestOp& op : *ops) {
+      if (op.has_request_put() || op.has_request_delete_range()) return true;
+      if (op.has_request_txn() && Writes(op.request_txn())) return true;
+    }
+  }
+  return false;
+}
+
+// Takes one of `n`'s remaining faults, if any.
+bool Take(std::atomic<int>& n) { return n.load() > 0 && n.fetch_sub(1) > 0; }
+
 }  // namespace
 
 class EtcdFaultProxy::Services {
@@ -51,6 +65,11 @@ class EtcdFaultProxy::Services {
       if (p_.blackhole_) return Hang(ctx);
       if (p_.lose_ranges_.load() > 0 && p_.lose_ranges_.fetch_sub(1) > 0) {
         return Hang(ctx);
+      }
+      if (Take(p_.compact_ranges_)) {
+        return grpc::Status(
+            grpc::StatusCode::OUT_OF_RANGE,
+            "etcdserver: mvcc: required revision has been compacted");
       }
       grpc::ClientContext c;
       Forward(ctx, c);
@@ -81,10 +100,20 @@ class EtcdFaultProxy::Services {
       if (p_.lose_requests_.load() > 0 && p_.lose_requests_.fetch_sub(1) > 0) {
         return Hang(ctx);
       }
+      const bool writes = Writes(*req);
+      if (writes && p_.drop_replies_.load() <= 0 && Take(p_.refuse_writes_)) {
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            "etcdserver: too many requests");
+      }
       grpc::ClientContext c;
       Forward(ctx, c);
       p_.txns_forwarded_.fetch_add(1);
       grpc::Status s = stub->Txn(&c, *req, resp);
+      if (s.ok() && writes && Take(p_.apply_then_no_space_)) {
+        resp->Clear();
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            "etcdserver: mvcc: database space exceeded");
+      }
       if (p_.drop_replies_.load() > 0 && p_.drop_replies_.fetch_sub(1) > 0) {
         resp->Clear();
         return grpc::Status(grpc::StatusCode::UNAVAILABLE,

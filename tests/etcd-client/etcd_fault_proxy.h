@@ -14,6 +14,16 @@
 //   follower forwarded to a leader that then died);
 // - LoseLeaseGrants(n): the same for the next n LeaseGrants (a grant is a
 //   proposal too);
+// - RefuseWrites(n): the next n Txns that write (a put or a delete, nested
+//   ones included) are answered RESOURCE_EXHAUSTED "etcdserver: too many
+//   requests" without being forwarded (etcd's refusal when its apply lags),
+//   once no DropTxnReplies are pending;
+// - ApplyThenNoSpace(n): the next n Txns that write are forwarded (etcd
+//   applies them) and answered RESOURCE_EXHAUSTED "etcdserver: mvcc:
+//   database space exceeded", as etcd answers the Txn whose apply crossed
+//   its quota (its quotaApplierV3 applies, then reports no space);
+// - CompactRanges(n): the next n Ranges are answered OUT_OF_RANGE
+//   "etcdserver: mvcc: required revision has been compacted";
 // - SetKeepAliveDelayMs(ms): each keep-alive's answer is held that long;
 // - SetBlackhole(true): every call waits out its deadline (a member that
 //   stopped answering).
@@ -46,6 +56,9 @@ class EtcdFaultProxy {
   void LoseTxnRequests(int n) { lose_requests_ = n; }
   void LoseRangeRequests(int n) { lose_ranges_ = n; }
   void LoseLeaseGrants(int n) { lose_grants_ = n; }
+  void RefuseWrites(int n) { refuse_writes_ = n; }
+  void ApplyThenNoSpace(int n) { apply_then_no_space_ = n; }
+  void CompactRanges(int n) { compact_ranges_ = n; }
   void SetKeepAliveDelayMs(int64_t ms) { keepalive_delay_ms_ = ms; }
   void SetBlackhole(bool on) { blackhole_ = on; }
   // Txns forwarded so far (dropped replies included).
@@ -59,6 +72,9 @@ class EtcdFaultProxy {
   std::atomic<int> lose_requests_{0};
   std::atomic<int> lose_ranges_{0};
   std::atomic<int> lose_grants_{0};
+  std::atomic<int> refuse_writes_{0};
+  std::atomic<int> apply_then_no_space_{0};
+  std::atomic<int> compact_ranges_{0};
   std::atomic<int64_t> keepalive_delay_ms_{0};
   std::atomic<bool> blackhole_{false};
   std::atomic<int> txns_forwarded_{0};

@@ -851,9 +851,9 @@ void ClusterSimulation::ActOnMembership(
   actions.drop = [&node](uint32_t k, const absl::Status& why) {
     node.driver->DropLogShard(k, why);
   };
-  actions.release = [this, &node](uint32_t k) {
+  actions.release = [this, &node](uint32_t k, uint64_t epoch) {
     Trace(node.id, " hands shard ", k, " over");
-    return node.log->ReleaseShard(k);
+    return node.log->ReleaseShard(k, epoch);
   };
   actions.halted = [&node] { return !node.up || node.paused || !node.driver; };
   cluster::ShardObserver quiet;

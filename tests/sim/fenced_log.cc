@@ -245,13 +245,13 @@ absl::StatusOr<uint64_t> FencedLog::Campaign(uint32_t shard) {
   return absl::UnavailableError(absl::StrCat("shard ", shard, ": no campaign"));
 }
 
-absl::Status FencedLog::ReleaseShard(uint32_t shard) {
+absl::Status FencedLog::ReleaseShard(uint32_t shard, uint64_t epoch) {
   DropHeld(shard);
-  int64_t given_up = 0;
+  int64_t given_up = static_cast<int64_t>(epoch);
   if (auto it = epochs_.find(shard); it != epochs_.end()) {
-    given_up = static_cast<int64_t>(it->second);
+    given_up = static_cast<int64_t>(it->second);  // the one it created
     epochs_.erase(it);  // nothing more is written for it, whatever the answer
-  } else {
+  } else if (given_up == 0) {
     // A key of this lease that this log does not drive (a campaign whose
     // answer was lost and not resolved): deleted as well.
     auto kvs =

@@ -124,8 +124,10 @@ class FencedLog final : public wal::Log {
   int64_t DedupHorizonMs(uint32_t) const override { return 0; }
   wal::LogStats Stats() const override;
 
-  // The fenced delete of this log's owner key (a hand-over).
-  absl::Status ReleaseShard(uint32_t shard);
+  // The fenced delete of this log's owner key (a hand-over): the one this
+  // log drives, else the one created at `epoch` (the membership's), else
+  // (0) the one of its lease read now.
+  absl::Status ReleaseShard(uint32_t shard, uint64_t epoch = 0);
   // The node's lease is gone: every shard is lost (ShardLostFn for each
   // owned), and later campaigns use `new_lease`.
   void LeaseLost(int64_t new_lease);

@@ -350,6 +350,132 @@ TEST_CASE("a node's registration calls etcd never answers are sent again") {
   CHECK((*reg)->Leave().ok());
 }
 
+TEST_CASE("a hand-over etcd refused is done by the next one") {
+  // The shard manager hands a shard over with the fenced delete of its
+  // owner key. When etcd refuses that delete (too many requests; out of
+  // space refuses deletes too), the key stands and the next round, which
+  // still reads it as this node's, must delete it: until then the shard's
+  // assigned node waits for a live owner that drives nothing.
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  std::unique_ptr<EtcdHarness> hp = Proxied(proxy, 300);
+  EtcdHarness& h = *hp;
+  REQUIRE(Register(h.log(), "g1").ok());
+  absl::StatusOr<uint64_t> epoch = h.log().TakeOwnerEpoch(0);
+  REQUIRE(epoch.ok());
+  proxy.RefuseWrites(1);
+  const absl::Status refused = h.etcd_log().ReleaseShard(0, *epoch);
+  INFO("refused: " << refused.ToString());
+  CHECK(absl::IsResourceExhausted(refused));
+  CHECK_FALSE(h.etcd_log().Owns(0));  // nothing more is written for it
+  absl::StatusOr<Membership> m = ReadMembership(h.client(), h.prefix(), 1);
+  REQUIRE(m.ok());
+  REQUIRE(m->owners[0].has_value());  // the key stands
+  CHECK(m->owners[0]->epoch == *epoch);
+  CHECK(h.etcd_log().ReleaseShard(0, m->owners[0]->epoch).ok());
+  m = ReadMembership(h.client(), h.prefix(), 1);
+  REQUIRE(m.ok());
+  CHECK_FALSE(m->owners[0].has_value());
+}
+
+TEST_CASE(
+    "an append etcd refuses after a send whose outcome was lost is resolved "
+    "as the send it follows") {
+  // The first copy of the group's Txn commits and its answer is lost; the
+  // second is refused ("too many requests"). That refusal says nothing of
+  // the first copy, which may even apply later: only an answer to the
+  // identical Txn resolves it.
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {proxy.endpoint()}});
+  REQUIRE(Register(h.log(), "g1").ok());
+  proxy.DropTxnReplies(1);
+  proxy.RefuseWrites(1);
+  const absl::Status s =
+      AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kCancel)}));
+  INFO("append: " << s.ToString());
+  CHECK(s.ok());
+  CHECK(Records(h.log(), "g1") == 2);
+  CHECK(h.log().Read("g1")->summary.decision == Decision::kCancel);
+}
+
+TEST_CASE("a Txn etcd applied and answered 'out of space' is not refused") {
+  // etcd applies the Txn whose apply crosses its quota, then answers it "out
+  // of space": a registration so answered may be in etcd, and an append
+  // behind it must not be judged as if it were not.
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {proxy.endpoint()}});
+  REQUIRE(Register(h.log(), "g1").ok());
+  proxy.ApplyThenNoSpace(1);
+  const absl::Status reg = Register(h.log(), "g2");
+  proxy.ApplyThenNoSpace(1);
+  const absl::Status decided =
+      AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kCancel)}));
+  INFO("registration: " << reg.ToString()
+                        << "; decision: " << decided.ToString());
+  CHECK(Records(h.log(), "g2") == 1);  // it is in etcd: so it was answered
+  CHECK(reg.ok());
+  CHECK(Records(h.log(), "g1") == 2);
+  CHECK(decided.ok());
+  CHECK(h.log().Read("g1")->summary.decision == Decision::kCancel);
+}
+
+TEST_CASE("a shard's scan etcd compacted every time fails, nothing partial") {
+  // The scan reads the shard at one revision, page by page, and starts
+  // again when etcd compacted that revision meanwhile; after its last round
+  // it must fail, not visit what it has (here: nothing) as the shard.
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {proxy.endpoint()}});
+  REQUIRE(Register(h.log(), "g1").ok());
+  std::vector<std::string> found;
+  auto visit = [&](TxnLog t) {
+    found.push_back(t.summary.gid);
+    return absl::OkStatus();
+  };
+  proxy.CompactRanges(3);
+  const absl::Status s = h.log().ScanUnfinished(0, visit);
+  INFO("scan: " << s.ToString());
+  CHECK_FALSE(s.ok());
+  CHECK(found.empty());
+  found.clear();
+  CHECK(h.log().ScanUnfinished(0, visit).ok());
+  CHECK(found == std::vector<std::string>{"g1"});
+}
+
+TEST_CASE("a group sent at an epoch the shard moved past loses nothing else") {
+  // A group's Txn is sent again, fenced at the epoch it was built at, while
+  // the node takes the same shard again (a new epoch). Its fence is refused:
+  // that group's appends are answered, and the shard, owned at the new
+  // epoch, must stay owned (not reported lost, dropped and taken a third
+  // time).
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  std::unique_ptr<EtcdHarness> hp = Proxied(proxy, 1500, 30000);
+  EtcdHarness& h = *hp;
+  REQUIRE(Register(h.log(), "g1").ok());
+  absl::StatusOr<uint64_t> first = h.log().TakeOwnerEpoch(0);
+  REQUIRE(first.ok());
+  std::atomic<int> lost_reports{0};
+  h.log().SetShardLostHandler(
+      [&](uint32_t, const absl::Status&) { lost_reports.fetch_add(1); });
+  proxy.LoseTxnRequests(1);  // the group's first send waits 1.5 s
+  std::future<absl::Status> append = std::async(std::launch::async, [&] {
+    return AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kCancel)}));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // sent
+  absl::StatusOr<uint64_t> second = h.log().TakeOwnerEpoch(0);
+  REQUIRE(second.ok());
+  CHECK(*second > *first);
+  const absl::Status s = append.get();
+  INFO("append: " << s.ToString());
+  CHECK(absl::IsUnavailable(s));  // fenced at the old epoch: refused
+  CHECK(h.etcd_log().Owns(0));
+  CHECK(lost_reports.load() == 0);
+  // The shard goes on at its new epoch.
+  CHECK(
+      AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kCancel)})).ok());
+}
+
 TEST_CASE(
     "Stats keeps its last count of unfinished ones while etcd is silent") {
   // Stats runs on a pool thread of tccd's (the gauges, every 2 s on etcd):

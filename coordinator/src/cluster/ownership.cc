@@ -62,7 +62,7 @@ void ActOnMembership(const wal::Membership& m, const OwnershipRound& round,
         actions.drop(k, absl::UnavailableError(absl::StrCat(
                             "shard ", k, " was handed over to ", assigned)));
       }
-      if (absl::Status s = actions.release(k); !s.ok()) {
+      if (absl::Status s = actions.release(k, owner->epoch); !s.ok()) {
         observer.OnCampaignFailed(k, s);
         continue;
       }

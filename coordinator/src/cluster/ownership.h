@@ -41,8 +41,9 @@ struct ShardActions {
   // Campaigns and resumes (Driver::AdoptShard): the epoch.
   std::function<absl::StatusOr<uint64_t>(uint32_t)> adopt;
   std::function<void(uint32_t, const absl::Status&)> drop;
-  // The fenced delete of this node's owner key (EtcdLog::ReleaseShard).
-  std::function<absl::Status(uint32_t)> release;
+  // The fenced delete of this node's owner key, the one created at the
+  // epoch given (the membership's; EtcdLog::ReleaseShard).
+  std::function<absl::Status(uint32_t, uint64_t)> release;
   // Optional: the node stopped during the round (a simulated crash): the
   // round ends.
   std::function<bool()> halted;

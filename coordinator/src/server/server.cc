@@ -786,7 +786,9 @@ absl::Status Server::Impl::StartShardManager(const Config& config) {
   actions.drop = [driver](uint32_t k, const absl::Status& why) {
     driver->DropLogShard(k, why);
   };
-  actions.release = [log](uint32_t k) { return log->ReleaseShard(k); };
+  actions.release = [log](uint32_t k, uint64_t epoch) {
+    return log->ReleaseShard(k, epoch);
+  };
   shard_observer_ = std::make_unique<ClusterLogObserver>(metrics_.get());
   shard_manager_ = std::make_unique<cluster::ShardManager>(
       mo, std::move(actions), shard_observer_.get());

@@ -293,7 +293,7 @@ class EtcdLog::Impl {
   absl::Status ScanUnfinished(uint32_t shard,
                               const std::function<absl::Status(TxnLog)>& visit);
   absl::StatusOr<uint64_t> TakeOwnerEpoch(uint32_t shard);
-  absl::Status ReleaseShard(uint32_t shard);
+  absl::Status ReleaseShard(uint32_t shard, uint64_t epoch);
   void SetLease(int64_t lease_id) {
     std::lock_guard<std::mutex> lock(mu_);
     lease_id_ = lease_id;
@@ -442,7 +442,10 @@ class EtcdLog::Impl {
   absl::Status Prefetch(const std::vector<std::string>& gids,
                         const std::set<std::string>& approval_ids,
                         std::map<std::string, internal::ApprovalState>& out);
-  void LoseShard(uint32_t shard, const absl::Status& why);
+  // Shard `shard`'s fence at `epoch` was refused: lost, unless the log has
+  // taken it again since (a later epoch), when the refusal is only that
+  // Txn's.
+  void LoseShard(uint32_t shard, uint64_t epoch, const absl::Status& why);
   void WaitBackoff(int64_t& backoff_ms);
   bool Stopping() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -800,7 +803,9 @@ absl::Status EtcdLog::Impl::ScanUnfinished(
   // paged at that revision; started again if etcd compacted it meanwhile.
   std::map<std::string, TxnLog> txns;
   std::map<std::string, int64_t> head_revisions;
-  for (int round = 0; round < 3; ++round) {
+  constexpr int kRounds = 3;
+  bool whole = false;  // a round read the shard at one revision to its end
+  for (int round = 0; round < kRounds && !whole; ++round) {
     txns.clear();
     head_revisions.clear();
     int64_t at = 0;
@@ -846,7 +851,13 @@ absl::Status EtcdLog::Impl::ScanUnfinished(
                  });
     if (etcd::IsCompacted(s)) continue;
     if (!s.ok()) return s;
-    break;
+    whole = true;
+  }
+  if (!whole) {
+    // What the last round read is part of the shard, not all of it.
+    return absl::UnavailableError(absl::StrCat(
+        "shard ", shard, ": etcd compacted the revision of its scan ", kRounds,
+        " times in a row; scan it again"));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -958,18 +969,22 @@ absl::StatusOr<uint64_t> EtcdLog::Impl::TakeOwnerEpoch(uint32_t shard) {
   }
 }
 
-absl::Status EtcdLog::Impl::ReleaseShard(uint32_t shard) {
+absl::Status EtcdLog::Impl::ReleaseShard(uint32_t shard, uint64_t epoch) {
   if (shard >= cluster_.shards) {
     return absl::InvalidArgumentError(absl::StrCat("no shard ", shard));
   }
-  uint64_t epoch = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!shards_[shard].owned) return absl::OkStatus();
-    shards_[shard].owned = false;
-    epoch = shards_[shard].epoch;
-    DropHeldLocked(shard);
+    if (shards_[shard].owned) {
+      shards_[shard].owned = false;
+      epoch = shards_[shard].epoch;  // the key it created
+      DropHeldLocked(shard);
+    }
   }
+  // Not owned here, and no key named: nothing to delete. Not owned but a
+  // key named (a release etcd refused before, a campaign whose answer was
+  // lost): that key. A refused compare says it is gone already.
+  if (epoch == 0) return absl::OkStatus();
   pb::TxnRequest del;
   pb::Compare* c = del.add_compare();
   c->set_key(keys_.Owner(shard));
@@ -981,11 +996,12 @@ absl::Status EtcdLog::Impl::ReleaseShard(uint32_t shard) {
   return SendUntilAnswered(del).status();
 }
 
-void EtcdLog::Impl::LoseShard(uint32_t shard, const absl::Status& why) {
+void EtcdLog::Impl::LoseShard(uint32_t shard, uint64_t epoch,
+                              const absl::Status& why) {
   ShardLostFn fn;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (shards_[shard].lost) return;
+    if (shards_[shard].lost || shards_[shard].epoch != epoch) return;
     shards_[shard].lost = true;
     DropHeldLocked(shard);
     fn = lost_fn_;
@@ -1527,6 +1543,29 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     (void)archive_->PutAll(registered_and_finished);
   }
 
+  // Whether the gid's keys show that this write committed (an earlier copy
+  // of the identical Txn did).
+  auto ours = [&](const internal::GidWrite& w, const mvccpb::KeyValue* head,
+                  const mvccpb::KeyValue* done, int64_t* mod) -> bool {
+    if (head != nullptr) {
+      absl::StatusOr<HeadValue> h =
+          internal::DecodeHead(head->value(), head->key());
+      if (h.ok() && h->owner_epoch == w.owner_epoch &&
+          h->append_id == w.append_id) {
+        *mod = head->mod_revision();
+        return true;
+      }
+      return false;
+    }
+    if (w.finishes && done != nullptr) {
+      absl::StatusOr<CompactEntry> e =
+          internal::DecodeCompact(done->value(), done->key());
+      return e.ok() && e->archive_node == options_.node_id &&
+             e->summary.created_at_ms == w.summary.created_at_ms &&
+             e->summary.content_hash == w.summary.content_hash;
+    }
+    return false;
+  };
   // 4. Send until etcd answers.
   internal::Fences fences{&epochs, keys_.QuotaProbe(options_.node_id)};
   pb::TxnRequest txn = group.Build(fences);
@@ -1543,7 +1582,10 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     NoteReachable(r.status());
     if (r.ok()) break;
     const absl::Status& e = r.status();
-    if (etcd::IsUnknownOutcome(e)) {
+    // After a send whose outcome is unknown, any answer but etcd's to the
+    // identical Txn leaves it unknown (that copy may still apply): sent
+    // again until etcd answers it.
+    if (etcd::IsUnknownOutcome(e) || attempt > 0) {
       deadline.After(e);
       if (Stopping()) {
         for (Item& item : items) {
@@ -1577,6 +1619,41 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       continue;
     }
     if (etcd::IsNoSpace(e)) {
+      // etcd applies the Txn whose apply crosses its quota, then answers it
+      // "out of space" (others it refuses before proposing them). The
+      // keys say which: applied, it is resolved as a lost answer is, by
+      // the identical Txn once there is space.
+      std::vector<std::string> keys;  // each write's head and done
+      for (const auto& [gid, w] : group.writes()) {
+        keys.push_back(keys_.Head(w.shard, gid));
+        keys.push_back(keys_.Done(w.shard, gid));
+      }
+      for (const internal::NewApproval& a : group.approvals()) {
+        keys.push_back(keys_.Approval(a.approval.approval_id));
+      }
+      std::vector<pb::TxnResponse> pages;
+      std::vector<const mvccpb::KeyValue*> got;
+      bool applied = true;  // unless the keys say otherwise
+      if (ReadKeys(keys, pages, got).ok()) {
+        applied = false;
+        size_t i = 0;
+        int64_t mod = 0;
+        for (const auto& [gid, w] : group.writes()) {
+          applied = applied || ours(w, got[i], got[i + 1], &mod);
+          i += 2;
+        }
+        for (const internal::NewApproval& a : group.approvals()) {
+          applied = applied ||
+                    (got[i] != nullptr &&
+                     got[i]->value() == internal::EncodeApproval(a.approval));
+          ++i;
+        }
+      }
+      if (applied) {
+        ++attempt;
+        WaitBackoff(backoff);
+        continue;  // the identical Txn
+      }
       // Registrations are refused; the rest wait for space.
       for (const std::string& gid : gids) {
         internal::GidWrite* w = group.Find(gid);
@@ -1693,29 +1770,6 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     }
     finished_later.emplace_back(&w, mod_revision);
   };
-  // Whether the gid's keys show that this write committed (an earlier copy
-  // of the identical Txn did).
-  auto ours = [&](const internal::GidWrite& w, const mvccpb::KeyValue* head,
-                  const mvccpb::KeyValue* done, int64_t* mod) -> bool {
-    if (head != nullptr) {
-      absl::StatusOr<HeadValue> h =
-          internal::DecodeHead(head->value(), head->key());
-      if (h.ok() && h->owner_epoch == w.owner_epoch &&
-          h->append_id == w.append_id) {
-        *mod = head->mod_revision();
-        return true;
-      }
-      return false;
-    }
-    if (w.finishes && done != nullptr) {
-      absl::StatusOr<CompactEntry> e =
-          internal::DecodeCompact(done->value(), done->key());
-      return e.ok() && e->archive_node == options_.node_id &&
-             e->summary.created_at_ms == w.summary.created_at_ms &&
-             e->summary.content_hash == w.summary.content_hash;
-    }
-    return false;
-  };
   // `head`, `done`, `horizon`: the keys as read after the refusal.
   auto refused = [&](internal::GidWrite& w, const mvccpb::KeyValue* head,
                      const mvccpb::KeyValue* done,
@@ -1808,7 +1862,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
         absl::StrCat("shard ", shard, " was lost (its owner is now ", who,
                      "): nothing more is written for it"));
     // Heard of before its appends are answered (etcd_log.h).
-    LoseShard(shard, lost);
+    LoseShard(shard, epochs[shard], lost);
     for (const std::string& gid : gids) {
       internal::GidWrite& w = *group.Find(gid);
       if (attempt > 0) {
@@ -2010,7 +2064,7 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
       if (!r->succeeded()) {
         const absl::Status lost = absl::UnavailableError(
             absl::StrCat("shard ", k, " was lost (retention's fence)"));
-        LoseShard(k, lost);
+        LoseShard(k, epoch, lost);
         break;
       }
       shards_[k].horizon_ms = std::max(shards_[k].horizon_ms.load(), horizon);
@@ -2173,8 +2227,8 @@ int64_t EtcdLog::DedupHorizonMs(uint32_t shard) const {
 LogStats EtcdLog::Stats() const { return impl_->Stats(); }
 void EtcdLog::SetLease(int64_t lease_id) { impl_->SetLease(lease_id); }
 
-absl::Status EtcdLog::ReleaseShard(uint32_t shard) {
-  return impl_->ReleaseShard(shard);
+absl::Status EtcdLog::ReleaseShard(uint32_t shard, uint64_t epoch) {
+  return impl_->ReleaseShard(shard, epoch);
 }
 bool EtcdLog::Owns(uint32_t shard) const { return impl_->Owns(shard); }
 absl::Status EtcdLog::failure() const { return impl_->failure(); }

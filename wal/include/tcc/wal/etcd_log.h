@@ -215,9 +215,12 @@ class EtcdLog final : public Log {
   int64_t DedupHorizonMs(uint32_t shard) const override;
   LogStats Stats() const override;
 
-  // Gives shard k up: the fenced delete of its owner key; from then on no
-  // Txn of this log commits for it.
-  [[nodiscard]] absl::Status ReleaseShard(uint32_t shard);
+  // Gives shard k up: the fenced delete of its owner key, the one this log
+  // created when it owns k, else the one created at revision `epoch` (the
+  // membership read's; 0: none); from then on no Txn of this log commits
+  // for it. An error leaves the key in etcd: the caller releases again (the
+  // next membership read still shows the key as this node's).
+  [[nodiscard]] absl::Status ReleaseShard(uint32_t shard, uint64_t epoch = 0);
   // The node joined again with a new lease (its old one was lost, and every
   // owner key with it): campaigns and fences use `lease_id` from now on,
   // and no shard is owned until taken again.
