@@ -1533,5 +1533,89 @@ TEST_CASE(
   CHECK(after->value()->transaction.state == TxnState::kConfirmed);
 }
 
+TEST_CASE(
+    "cluster: what was queued for a dropped shard's transactions sends "
+    "nothing",
+    "[driver]") {
+  // The drop takes the shard's owners on their executors, behind what was
+  // queued there already (a retry timer that fired, a reply, a WAL
+  // completion): none of it may step them (DESIGN.md section 14: a node
+  // sends nothing more for a shard it dropped; the shard's new owner
+  // drives its transactions).
+  auto calls_go = std::make_shared<std::atomic<bool>>(false);
+  DriverOptions o;
+  o.may_call = [calls_go](const std::string&) { return calls_go->load(); };
+  Harness h(2, o);
+  Result r = h.Submit(h.Spec("g1", 2));
+  // No call may go: g1's first Trys fail, its Cancel is decided and its
+  // Cancels wait (unknown, retried on timers).
+  REQUIRE(h.Run([&] {
+    return h.log.IsDurable("g1", [](const wal::Record& rec) {
+      return std::holds_alternative<wal::Decided>(rec);
+    });
+  }));
+  h.exec.RunAll();
+  REQUIRE(h.exec.Idle());
+  calls_go->store(true);
+  // A Cancel's retry timer fires (its step is queued), then the shard goes.
+  std::optional<int64_t> due = h.clock.NextDue();
+  REQUIRE(due.has_value());
+  h.clock.AdvanceTo(*due);
+  REQUIRE_FALSE(h.exec.Idle());
+  h.driver->DropLogShard(0, absl::UnavailableError("handed over"));
+  h.Run([] { return false; }, 10000);  // delivers whatever was sent
+  REQUIRE(r->has_value());
+  CHECK(absl::IsUnavailable(r->value().status()));
+  for (const auto& [name, p] : h.parts) {
+    INFO(name);
+    CHECK(p->Records().empty());
+  }
+  CHECK(h.StoredState("g1") == TxnState::kCancelling);
+}
+
+// A log whose next ScanUnfinished fails at once (a cluster node's etcd out
+// of reach).
+class ScanFailsOnce final : public ForwardingLog {
+ public:
+  using ForwardingLog::ForwardingLog;
+  absl::Status ScanUnfinished(
+      uint32_t k,
+      const std::function<absl::Status(wal::TxnLog)>& visit) override {
+    if (fail_next.exchange(false)) {
+      return absl::UnavailableError("etcd is out of reach");
+    }
+    return inner_.ScanUnfinished(k, visit);
+  }
+  std::atomic<bool> fail_next{true};
+};
+
+TEST_CASE(
+    "cluster: the failure of a scan the shard was adopted past leaves the "
+    "new adoption",
+    "[driver]") {
+  // A shard adopted, dropped and adopted again before the first adoption's
+  // scan ran: that scan fails (etcd out of reach). Its failure is about an
+  // adoption that is gone; the new one, with its own scan, stays, and its
+  // transactions resume.
+  Harness h(2);
+  h.RegisterWith("driver.before_try_send=error", "g", 1);  // g0, unfinished
+  ScanFailsOnce log(h.log);
+  DriverOptions o;
+  o.adopt_shards_at_start = false;
+  h.CrashAndRestart(o, log, &h.observer);
+  absl::StatusOr<uint64_t> e1 = h.driver->AdoptShard(0);  // its scan queued
+  REQUIRE(e1.ok());
+  h.driver->DropLogShard(0, absl::UnavailableError("handed over"));
+  absl::StatusOr<uint64_t> e2 = h.driver->AdoptShard(0);
+  REQUIRE(e2.ok());
+  CHECK(*e2 > *e1);
+  // The first scan runs and fails; the second finds g0 and resumes it.
+  h.Run([&] { return wal::IsFinal(h.StoredState("g0")); }, 60000);
+  CHECK_FALSE(log.fail_next.load());  // the first scan did run
+  CHECK(h.driver->OwnsShard(0));
+  CHECK(h.driver->owner_epoch(0) == *e2);
+  CHECK(h.StoredState("g0") == TxnState::kConfirmed);
+}
+
 }  // namespace
 }  // namespace tcc::runtime

@@ -160,13 +160,16 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       if (auto self = weak.lock()) self->ResumeScanned(*cell, std::move(t));
     };
     rh.scanned = std::move(scanned);
-    rh.failed = [weak, k](const absl::Status& st) {
+    rh.failed = [weak, k, cell](const absl::Status& st) {
       auto self = weak.lock();
       if (!self) return;
       if (self->options_.adopt_shards_at_start) {
         self->observer_->OnFatal(st);
         return;
       }
+      // The scan of an adoption that is gone (the shard was dropped, and
+      // maybe adopted again, with its own scan): nothing of the shard's now.
+      if (self->log_shards_[k].recovery.load() != cell->load()) return;
       // A cluster node's scan of a shard it took (etcd unreachable, say):
       // the shard goes, to be taken again (by whichever node), scanned anew.
       self->DropLogShard(k, st);
@@ -913,7 +916,13 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // Steps a non-request event; its refusal is a bug in the driver or a
   // stale notice, reported as an alert.
   void Feed(size_t s, const std::string& gid, const Event& event) {
-    if (Find(s, gid) == nullptr) return;  // gone (finished or dropped)
+    const Owner* o = Find(s, gid);
+    if (o == nullptr) return;  // gone (finished or dropped)
+    // Its log shard was dropped (or adopted again since it was made): its
+    // drop (DropOwnersOf) is queued behind this event, and until then it
+    // steps no more, so nothing more is sent or written for it.
+    const LogShardSlot& slot = log_shards_[log_.ShardOf(gid)];
+    if (!slot.owned.load() || slot.epoch.load() != o->epoch) return;
     absl::Status st = Apply(s, gid, event);
     if (!st.ok()) {
       observer_->OnSignal(
