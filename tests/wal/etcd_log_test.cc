@@ -476,6 +476,33 @@ TEST_CASE("a group sent at an epoch the shard moved past loses nothing else") {
       AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kCancel)})).ok());
 }
 
+TEST_CASE("a takeover etcd never answers ends after the Txn timeout") {
+  // While etcd has no majority nothing it is sent is answered. A campaign
+  // or a hand-over must end with an error after the log's Txn timeout (the
+  // shard manager tries again next round), not hold the manager's thread,
+  // and with it the daemon's shutdown, until etcd is back.
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  std::unique_ptr<EtcdHarness> hp = Proxied(proxy, 300, 2000);
+  EtcdHarness& h = *hp;
+  REQUIRE(h.log().TakeOwnerEpoch(0).ok());
+  REQUIRE(h.etcd_log().ReleaseShard(0).ok());
+  proxy.LoseTxnRequests(1000000);  // its reads are answered, not its Txns
+  const auto t0 = std::chrono::steady_clock::now();
+  std::future<absl::StatusOr<uint64_t>> campaign =
+      std::async(std::launch::async, [&] { return h.log().TakeOwnerEpoch(0); });
+  const bool ended =
+      campaign.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  const int64_t ms = MsSince(t0);
+  proxy.LoseTxnRequests(0);  // so that it ends if it had not
+  absl::StatusOr<uint64_t> got = campaign.get();
+  INFO("campaign: " << got.status().ToString() << " after " << ms << " ms");
+  CHECK(ended);
+  CHECK_FALSE(got.ok());
+  CHECK(ms < 6000);
+  // etcd back: the next round takes it.
+  CHECK(h.log().TakeOwnerEpoch(0).ok());
+}
+
 TEST_CASE(
     "Stats keeps its last count of unfinished ones while etcd is silent") {
   // Stats runs on a pool thread of tccd's (the gauges, every 2 s on etcd):

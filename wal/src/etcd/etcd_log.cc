@@ -425,8 +425,11 @@ class EtcdLog::Impl {
   // apply impossible, or an answer the caller reads: the ownership Txns,
   // retention's), sent until etcd answers it or refuses it: each send with
   // the attempt deadline (SendDeadlines), an unknown outcome sent again
-  // after a backoff, any other failure returned. Ends early only when the
-  // log stops.
+  // after a backoff, any other failure returned. Ends with the last send's
+  // unknown outcome once txn_timeout_ms passed, or the log stops: its
+  // callers try again later (the next round, the next retention run), so
+  // while etcd has no majority they do not hold their thread, nor the
+  // daemon's shutdown, until it is back.
   absl::StatusOr<pb::TxnResponse> SendUntilAnswered(const pb::TxnRequest& txn);
   // Reads each of `keys` (one key each) in as few Txns as
   // options.max_txn_ops allows: `kvs[i]` is keys[i]'s kv, or null when it
@@ -1153,10 +1156,15 @@ absl::StatusOr<pb::TxnResponse> EtcdLog::Impl::SendUntilAnswered(
   internal::SendDeadlines deadline(options_.txn_attempt_timeout_ms,
                                    options_.txn_timeout_ms);
   int64_t backoff = options_.resend_backoff_ms;
+  const auto start = std::chrono::steady_clock::now();
   while (true) {
     absl::StatusOr<pb::TxnResponse> r =
         options_.client->Txn(txn, deadline.ms());
     if (r.ok() || !etcd::IsUnknownOutcome(r.status()) || Stopping()) return r;
+    if (std::chrono::steady_clock::now() - start >=
+        std::chrono::milliseconds(options_.txn_timeout_ms)) {
+      return r;
+    }
     deadline.After(r.status());
     WaitBackoff(backoff);  // the identical Txn again
   }
