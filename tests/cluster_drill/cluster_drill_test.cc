@@ -1132,6 +1132,20 @@ TEST_CASE(
   REQUIRE(finished->transaction().state() == v1::TXN_STATE_CONFIRMED);
   auto admin_one = AdminAt(rig.nodes().address(0));
   auto admin_two = AdminAt(rig.nodes().address(1));
+  // Each node owns its shards and their scans are done: both are serving
+  // (a cluster node has no start-up scan; it recovers shard by shard).
+  for (auto* admin : {&admin_one, &admin_two}) {
+    std::string health;
+    for (int i = 0; i < 100 && health != "serving"; ++i) {
+      absl::StatusOr<v1::StatusResponse> st = admin->Status();
+      REQUIRE(st.ok());
+      health = st->health();
+      if (health != "serving") {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    CHECK(health == "serving");
+  }
   // Its finishing write (the compact entry naming the archive node) may
   // land a moment after the answer.
   v1::ShowResponse before;

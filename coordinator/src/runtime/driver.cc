@@ -467,6 +467,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     if (k >= log_.shard_count()) return;
     LogShardSlot& slot = log_shards_[k];
     if (!slot.owned.exchange(false)) return;
+    observer_->OnShardDropped(k);
     const uint64_t epoch = slot.epoch.load();
     // Its scan, if still going, ends (what it queued is skipped: the shard
     // is not owned).

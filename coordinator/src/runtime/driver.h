@@ -96,6 +96,9 @@ class DriverObserver {
                                 size_t /*resumed*/) {}
   virtual void OnShardScanFailed(uint32_t /*log_shard*/,
                                  const absl::Status& /*why*/) {}
+  // Cluster mode: the shard was dropped (DropLogShard); its scan, if one
+  // still ran, ends without OnShardRecovered.
+  virtual void OnShardDropped(uint32_t /*log_shard*/) {}
   // The driver met state it cannot drive: the recovery scan failed (then
   // OnRecovered is not called), or a transaction's records do not replay
   // (DATA_LOSS). Unfinished transactions may be left undriven, so a daemon

@@ -324,10 +324,12 @@ void DriverBackend::Refresh(const std::string& gid) {
 
 rpc::CoordinatorBackend::Health DriverBackend::Status() {
   Health h;
-  h.health = stopping_ ? "stopping" : (recovered_ ? "serving" : "recovering");
+  const bool recovering =
+      per_shard_ ? recovering_shards() > 0 : !recovered_.load();
+  h.health = stopping_ ? "stopping" : (recovering ? "recovering" : "serving");
   if (absl::Status f = fatal(); !f.ok()) {
     h.health = "failed";
-    if (!recovered_) h.recovery_error = f.ToString();
+    if (recovering) h.recovery_error = f.ToString();
   }
   const wal::LogStats stats = log_.Stats();
   h.wal_bytes = stats.bytes_on_disk;
@@ -525,6 +527,11 @@ void DriverBackend::OnShardScanFailed(uint32_t shard, const absl::Status& why) {
       "cluster: shard {}: its recovery scan failed ({}); the shard "
       "is dropped, to be taken again",
       shard, why.ToString());
+}
+
+void DriverBackend::OnShardDropped(uint32_t shard) {
+  std::lock_guard<std::mutex> lock(scans_mu_);
+  scanning_shards_.erase(shard);
 }
 
 uint32_t DriverBackend::recovering_shards() const {

@@ -97,6 +97,10 @@ class DriverBackend final : public rpc::CoordinatorBackend,
   void OnShardRecovered(uint32_t shard, uint64_t epoch,
                         size_t resumed) override;
   void OnShardScanFailed(uint32_t shard, const absl::Status& why) override;
+  void OnShardDropped(uint32_t shard) override;
+  // Cluster mode: there is no scan at start; the node recovers shard by
+  // shard, and is "recovering" (Status) while a shard's scan runs.
+  void RecoverPerShard() { per_shard_ = true; }
   // A shard is being adopted (its scan will start); `ok` false: the
   // adoption failed.
   void ShardAdopting(uint32_t shard, bool ok);
@@ -132,6 +136,7 @@ class DriverBackend final : public rpc::CoordinatorBackend,
   std::atomic<int64_t> in_flight_{0};
   uint64_t max_in_flight_ = UINT64_MAX;
   std::atomic<bool> recovered_{false};
+  std::atomic<bool> per_shard_{false};
   mutable std::mutex fatal_mu_;
   absl::Status fatal_;  // guarded by fatal_mu_
   std::atomic<uint64_t> recovered_count_{0};

@@ -776,6 +776,7 @@ absl::Status Server::Impl::StartShardManager(const Config& config) {
   actions.trusted = [node] { return node->Trusted(); };
   actions.drives = [driver](uint32_t k) { return driver->OwnsShard(k); };
   DriverBackend* backend = backend_.get();
+  backend->RecoverPerShard();
   actions.adopt = [driver, backend](uint32_t k) {
     // Noted before: the scan may end before AdoptShard returns.
     backend->ShardAdopting(k, true);
