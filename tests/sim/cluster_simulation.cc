@@ -1011,6 +1011,13 @@ void ClusterSimulation::SendCall(int n, const runtime::BranchCall& call,
 void ClusterSimulation::SendQuery(int n, const runtime::QueryCall& query,
                                   int64_t timeout_ms, runtime::QueryDone done) {
   Node& node = *nodes_[n];
+  // A query is a participant call too: none past the lease (DESIGN 14).
+  if (!store_.LeaseAlive(node.lease, now_) && store_up_) {
+    Violation(absl::StrCat("lease trust: ", node.id, " sent a query for ",
+                           query.gid, "/", query.branch_id, " at ", now_,
+                           " ms while the store had expired its lease ",
+                           node.lease));
+  }
   auto pending = std::make_shared<Pending<runtime::QueryDone>>();
   pending->done = std::move(done);
   node.clock.Schedule(timeout_ms, [pending] {

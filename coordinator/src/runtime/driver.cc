@@ -117,7 +117,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     };
     calls_ = std::make_unique<ParticipantCalls>(
         ParticipantCallsOptions{options_.timeouts, options_.timeout_overrides,
-                                options_.breaker},
+                                options_.breaker, options_.may_call},
         clock_, transport_, budget_, std::move(hooks));
 
     // On its own executor the scan waits for room in its queue; on a

@@ -22,7 +22,8 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
         budget_(std::move(budget)),
         hooks_(std::move(hooks)),
         timeouts_(options.timeouts, 256, 20, options.timeout_overrides),
-        breakers_(options.breaker) {}
+        breakers_(options.breaker),
+        may_call_(std::move(options.may_call)) {}
 
   void Send(const std::string& gid, const std::string& participant,
             const core::CallEffect& c, int64_t bytes, const BuildCall& build) {
@@ -133,6 +134,16 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
     core::QueryReplyEvent fail;
     fail.branch = q.branch;
     fail.query_id = q.query_id;
+    // Before the breaker's admission: a query not sent must not take the
+    // breaker's probe (the breaker would wait for its answer for ever and
+    // hold every later call to the participant).
+    if (may_call_ && !may_call_(query.gid)) {
+      fail.status = absl::UnavailableError(
+          "this node cannot trust its cluster lease now: the query was not "
+          "sent");
+      hooks_.deliver(query.gid, std::move(fail));
+      return;
+    }
     if (breakers_.Admission(query.participant, CallKind::kQuery,
                             clock_.MonotonicMs(),
                             nullptr) != CircuitBreakers::Admit::kSend) {
@@ -141,6 +152,7 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
       hooks_.deliver(query.gid, std::move(fail));
       return;
     }
+
     const int64_t timeout = std::max<int64_t>(
         1, timeouts_.TimeoutMs(query.participant, CallKind::kQuery));
     const int64_t start = clock_.MonotonicMs();
@@ -245,6 +257,7 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
   Hooks hooks_;
   AdaptiveTimeouts timeouts_;
   CircuitBreakers breakers_;
+  const std::function<bool(const std::string& gid)> may_call_;
   std::atomic<int64_t> in_flight_{0};  // sent, not yet answered
   std::mutex mu_;
   std::deque<Waiting> waiting_;  // guarded by mu_

@@ -35,6 +35,11 @@ struct ParticipantCallsOptions {
   // Per (participant, call kind) bounds that replace `timeouts` for them.
   TimeoutOverrides timeout_overrides;
   BreakerOptions breaker;
+  // Cluster mode: whether a query for `gid` may go now (DriverOptions::
+  // may_call: the node trusts its lease). One it refuses is not sent: it
+  // fails UNAVAILABLE, and the lookup stays unknown and is asked again.
+  // Unset: always. (Calls are checked where they are built, by the driver.)
+  std::function<bool(const std::string& gid)> may_call;
 };
 
 class ParticipantCalls {
