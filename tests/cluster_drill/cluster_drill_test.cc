@@ -1225,10 +1225,50 @@ TEST_CASE(
   CHECK(moved.timeline_missing().empty());
   CHECK(moved.transaction().state() == v1::TXN_STATE_CONFIRMED);
 
+  // A second gated one, node 2's, watched at node 1 (a relay): node 1's
+  // stop ends that Watch UNAVAILABLE saying so (the client watches again
+  // elsewhere), as it ends a local one, not by gRPC's shutdown deadline
+  // cancelling the stream.
+  auto open = rig.banks().Transfer("bank-a", 5, "bank-b", 6, 7);
+  open.set_gid(GidOwnedBy(rig, two, "routing-open"));
+  open.set_approval_gate(true);
+  open.set_approval_timeout_ms(120000);
+  open.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+  tcc::client::ClientOptions at_two;
+  at_two.addresses = {rig.nodes().address(1)};
+  tcc::client::CoordinatorClient client_two(at_two);
+  REQUIRE(client_two.Submit(open).ok());
+  grpc::ClientContext open_ctx;
+  open_ctx.set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::seconds(40));
+  v1::WatchRequest open_wr;
+  open_wr.set_gid(open.gid());
+  auto open_reader = coordinator->Watch(&open_ctx, open_wr);
+  v1::WatchEvent first_event;
+  REQUIRE(open_reader->Read(&first_event));  // the relay is running
+
   // Node 1 stopped for good: its archive went with it, and Show says so.
   rig.Expect(0, false);
+  const auto stop_start = SteadyClock::now();
+  int64_t watch_end_ms = -1;
+  grpc::Status open_end;
+  std::thread open_watcher([&] {
+    v1::WatchEvent more;
+    while (open_reader->Read(&more)) {
+    }
+    open_end = open_reader->Finish();
+    watch_end_ms = MsSince(stop_start);
+  });
   auto stopped = rig.nodes().StopNode(0);
+  const int64_t stop_ms = MsSince(stop_start);
+  open_watcher.join();
   REQUIRE(stopped.ok());
+  INFO("stop took " << stop_ms << " ms; the relayed Watch ended after "
+                    << watch_end_ms << " ms: " << open_end.error_code() << " "
+                    << open_end.error_message());
+  CHECK(open_end.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(watch_end_ms < 2000);
+  CHECK_THAT(open_end.error_message(), Catch::Contains("tccd is stopping"));
   bool gone = false;
   v1::ShowResponse after;
   for (int i = 0; i < 100 && !gone; ++i) {
@@ -1243,6 +1283,9 @@ TEST_CASE(
   CHECK(after.timeline_size() == 0);
   CHECK_THAT(after.timeline_missing(), Catch::Contains(one));
   CHECK(after.transaction().state() == v1::TXN_STATE_CONFIRMED);
+  REQUIRE(Approve(admin_two, open.gid()).ok());
   rig.banks().SetClientAddresses({rig.nodes().address(1)});
-  CHECK(rig.banks().CheckFinal({done.gid(), gated.gid()}, 30000).ok());
+  CHECK(rig.banks()
+            .CheckFinal({done.gid(), gated.gid(), open.gid()}, 30000)
+            .ok());
 }

@@ -99,6 +99,9 @@ class CoordinatorBackend {
     std::string recovery_error;  // non-empty: the recovery scan failed
   };
   virtual Health Status() = 0;
+  // True once the daemon is stopping (its requests are refused
+  // UNAVAILABLE): a Watch relayed from another node's shard ends then.
+  virtual bool stopping() const { return false; }
 };
 
 }  // namespace tcc::rpc

@@ -616,6 +616,15 @@ class RelayWatch final : public grpc::ServerWriteReactor<tcc::v1::WatchEvent> {
     {
       std::lock_guard<std::mutex> lock(st->mu);
       if (Over(*st)) return;
+      if (st->backend->stopping()) {
+        // As a local Watch ends when tccd stops (the backend ends it): the
+        // client watches again at another node, not held until gRPC's
+        // shutdown deadline cancels the stream.
+        return FinishLocked(
+            *st, grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "tccd is stopping; watch again at another "
+                              "node"));
+      }
       route = st->router->ForGid(st->gid);
       if (route.kind == CallRouter::Route::Kind::kLocal) {
         if (st->subscription == nullptr || st->resubscribe) {

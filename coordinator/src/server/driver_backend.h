@@ -52,6 +52,7 @@ class DriverBackend final : public rpc::CoordinatorBackend,
   // Answers every request still waiting with UNAVAILABLE and ends every
   // Watch; later requests get UNAVAILABLE at once.
   void Shutdown();
+  bool stopping() const override { return stopping_.load(); }
 
   // rpc::CoordinatorBackend
   void Submit(core::SubmitSpec spec, rpc::AnswerDone done) override;
