@@ -1101,6 +1101,20 @@ std::string GidOwnedBy(Rig& rig, const std::string& node,
   return "";
 }
 
+// A transfer of 7 from bank-a's account `from` to bank-b's `to` that waits
+// for an approval (up to 2 minutes), answered once accepted; its gid one
+// of `node`'s shards.
+v1::SubmitRequest GatedTransfer(Rig& rig, const std::string& node,
+                                const std::string& prefix, uint32_t from,
+                                uint32_t to) {
+  v1::SubmitRequest r = rig.banks().Transfer("bank-a", from, "bank-b", to, 7);
+  r.set_gid(GidOwnedBy(rig, node, prefix));
+  r.set_approval_gate(true);
+  r.set_approval_timeout_ms(120000);
+  r.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -1160,11 +1174,7 @@ TEST_CASE(
   CHECK(before.archive_node() == one);
 
   // Gated on node 1, waiting for an approval; watched at node 1.
-  auto gated = rig.banks().Transfer("bank-a", 3, "bank-b", 4, 7);
-  gated.set_gid(GidOwnedBy(rig, one, "routing-gated"));
-  gated.set_approval_gate(true);
-  gated.set_approval_timeout_ms(120000);
-  gated.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+  v1::SubmitRequest gated = GatedTransfer(rig, one, "routing-gated", 3, 4);
   REQUIRE(client_one.Submit(gated).ok());
   bool awaiting = false;
   for (int i = 0; i < 200 && !awaiting; ++i) {
@@ -1229,11 +1239,7 @@ TEST_CASE(
   // stop ends that Watch UNAVAILABLE saying so (the client watches again
   // elsewhere), as it ends a local one, not by gRPC's shutdown deadline
   // cancelling the stream.
-  auto open = rig.banks().Transfer("bank-a", 5, "bank-b", 6, 7);
-  open.set_gid(GidOwnedBy(rig, two, "routing-open"));
-  open.set_approval_gate(true);
-  open.set_approval_timeout_ms(120000);
-  open.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+  v1::SubmitRequest open = GatedTransfer(rig, two, "routing-open", 5, 6);
   tcc::client::ClientOptions at_two;
   at_two.addresses = {rig.nodes().address(1)};
   tcc::client::CoordinatorClient client_two(at_two);

@@ -305,7 +305,7 @@ TEST_CASE("a membership read etcd never answers is sent again") {
   proxy.LoseTxnRequests(2);
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<Membership> m =
-      ReadMembership(h.client(), h.prefix(), 1, ReadTimeouts{300, 30000});
+      ReadMembership(h.client(), h.prefix(), 1, etcd::SendTimeouts{300, 30000});
   const int64_t ms = MsSince(t0);
   INFO("two lost: " << ms << " ms");
   REQUIRE(m.ok());
@@ -330,8 +330,7 @@ TEST_CASE("a node's registration calls etcd never answers are sent again") {
   o.address = "127.0.0.1:1";
   o.lease_ttl_ms = 2000;
   o.lease_margin_ms = 500;
-  o.attempt_timeout_ms = 300;
-  o.call_timeout_ms = 30000;
+  o.sends = {300, 30000};
   proxy.LoseLeaseGrants(1);
   proxy.LoseTxnRequests(1);
   const auto t0 = std::chrono::steady_clock::now();

@@ -21,7 +21,7 @@ absl::Status ShardManager::RunOnce() {
   std::lock_guard<std::mutex> acting(act_mu_);
   absl::StatusOr<wal::Membership> m =
       wal::ReadMembership(*options_.client, options_.key_prefix,
-                          options_.shards, options_.read_timeouts);
+                          options_.shards, options_.read_sends);
   if (!m.ok()) {
     observer_->OnReadFailed(m.status());
     return m.status();

@@ -44,8 +44,8 @@ struct ShardManagerOptions {
   // The membership is read again at least this often (the lease TTL at
   // most).
   int64_t reread_ms = 1000;
-  // Each read's sends (etcd_membership.h).
-  wal::ReadTimeouts read_timeouts;
+  // Each membership read's sends (etcd_membership.h).
+  etcd::SendTimeouts read_sends;
   // Monotonic now (ms).
   std::function<int64_t()> now_ms;
 };

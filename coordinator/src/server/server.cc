@@ -648,9 +648,10 @@ absl::StatusOr<std::unique_ptr<etcd::Client>> ConnectEtcd(
   return etcd::Client::Connect(co);
 }
 
-// Membership reads send as the etcd log's reads do: each send with the
-// attempt deadline, for at most the call timeout in all.
-wal::ReadTimeouts MembershipReadTimeouts(const ClusterConfig& cl) {
+// How cluster mode's etcd calls outside the log (membership reads, the
+// node's registration) are sent: as the log's, each send with the attempt
+// deadline, for at most the call timeout in all.
+etcd::SendTimeouts EtcdSends(const ClusterConfig& cl) {
   return {cl.etcd.txn_attempt_timeout_ms, cl.etcd.call_timeout_ms};
 }
 
@@ -697,8 +698,7 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config) {
   node.address = cl.advertise_address;
   node.lease_ttl_ms = cl.lease_ttl_ms;
   node.lease_margin_ms = cl.lease_margin_ms;
-  node.attempt_timeout_ms = cl.etcd.txn_attempt_timeout_ms;
-  node.call_timeout_ms = cl.etcd.call_timeout_ms;
+  node.sends = EtcdSends(cl);
   cluster::NodeMembership::Hooks hooks;
   hooks.lost = [this](const absl::Status& why) {
     spdlog::error("cluster: {}; every shard is lost, joining again",
@@ -769,7 +769,7 @@ absl::Status Server::Impl::StartShardManager(const Config& config) {
   mo.shards = shards;
   mo.takeover_margin_ms = cl.takeover_margin_ms;
   mo.reread_ms = std::min<int64_t>(1000, cl.lease_ttl_ms);
-  mo.read_timeouts = MembershipReadTimeouts(cl);
+  mo.read_sends = EtcdSends(cl);
   mo.now_ms = [this] { return clock_->MonotonicMs(); };
   cluster::ShardActions actions;
   actions.lease_id = [node] { return node->lease_id(); };
@@ -844,7 +844,7 @@ absl::StatusOr<tcc::v1::ClusterResponse> Server::Impl::ClusterStatus() {
   const uint32_t shards = etcd_log_->shard_count();
   absl::StatusOr<wal::Membership> m =
       wal::ReadMembership(*etcd_client_, config_.cluster.key_prefix, shards,
-                          MembershipReadTimeouts(config_.cluster));
+                          EtcdSends(config_.cluster));
   if (!m.ok()) return m.status();
   tcc::v1::ClusterResponse r;
   r.set_enabled(true);
@@ -886,7 +886,7 @@ absl::StatusOr<uint32_t> Server::Impl::Drain(const std::string& node_id) {
   const uint32_t shards = etcd_log_->shard_count();
   absl::StatusOr<wal::Membership> m =
       wal::ReadMembership(*etcd_client_, config_.cluster.key_prefix, shards,
-                          MembershipReadTimeouts(config_.cluster));
+                          EtcdSends(config_.cluster));
   if (!m.ok()) return m.status();
   uint32_t owned = 0;
   for (const auto& o : m->owners) {

@@ -421,6 +421,9 @@ class EtcdLog::Impl {
   absl::StatusOr<pb::TxnResponse> ReadTxn(const pb::TxnRequest& txn);
   // The same for a Range (RangeAll's pages, single-key reads).
   absl::StatusOr<pb::RangeResponse> ReadRange(const pb::RangeRequest& request);
+  // `send(deadline_ms)` as ReadTxn sends its Txn.
+  template <typename Send>
+  auto Resend(const Send& send) -> decltype(send(int64_t{0}));
   // A Txn that is safe to send again as it is (its compares make a second
   // apply impossible, or an answer the caller reads: the ownership Txns,
   // retention's), sent until etcd answers it or refuses it: each send with
@@ -1135,19 +1138,21 @@ void EtcdLog::Impl::CommitterLoop() {
   }
 }
 
-absl::StatusOr<pb::TxnResponse> EtcdLog::Impl::ReadTxn(
-    const pb::TxnRequest& txn) {
+template <typename Send>
+auto EtcdLog::Impl::Resend(const Send& send) -> decltype(send(int64_t{0})) {
   return internal::ResendTimeouts(
       options_.txn_attempt_timeout_ms, options_.txn_timeout_ms,
-      [this] { return Stopping(); },
-      [&](int64_t ms) { return options_.client->Txn(txn, ms); });
+      [this] { return Stopping(); }, send);
+}
+
+absl::StatusOr<pb::TxnResponse> EtcdLog::Impl::ReadTxn(
+    const pb::TxnRequest& txn) {
+  return Resend([&](int64_t ms) { return options_.client->Txn(txn, ms); });
 }
 
 absl::StatusOr<pb::RangeResponse> EtcdLog::Impl::ReadRange(
     const pb::RangeRequest& request) {
-  return internal::ResendTimeouts(
-      options_.txn_attempt_timeout_ms, options_.txn_timeout_ms,
-      [this] { return Stopping(); },
+  return Resend(
       [&](int64_t ms) { return options_.client->Range(request, ms); });
 }
 
@@ -1574,6 +1579,11 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     }
     return false;
   };
+  // Whether the approval's key shows that this write created it.
+  auto approval_ours = [](const internal::NewApproval& a,
+                          const mvccpb::KeyValue* kv) {
+    return kv != nullptr && kv->value() == internal::EncodeApproval(a.approval);
+  };
   // 4. Send until etcd answers.
   internal::Fences fences{&epochs, keys_.QuotaProbe(options_.node_id)};
   pb::TxnRequest txn = group.Build(fences);
@@ -1651,9 +1661,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
           i += 2;
         }
         for (const internal::NewApproval& a : group.approvals()) {
-          applied = applied ||
-                    (got[i] != nullptr &&
-                     got[i]->value() == internal::EncodeApproval(a.approval));
+          applied = applied || approval_ours(a, got[i]);
           ++i;
         }
       }
@@ -1958,8 +1966,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       continue;
     }
     const mvccpb::KeyValue* kv = FirstKv(at.responses(0));
-    if (attempt > 0 && kv != nullptr &&
-        kv->value() == internal::EncodeApproval(a.approval)) {
+    if (attempt > 0 && approval_ours(a, kv)) {
       Complete(items[a.item], absl::OkStatus());
       continue;
     }

@@ -26,7 +26,7 @@ void AddRangeOp(pb::TxnRequest& txn, const std::string& prefix) {
 absl::StatusOr<Membership> ReadMembership(etcd::Client& client,
                                           const std::string& key_prefix,
                                           uint32_t shards,
-                                          const ReadTimeouts& timeouts) {
+                                          const etcd::SendTimeouts& sends) {
   const Layout keys(key_prefix);
   pb::TxnRequest read;  // no compares: the success branch, at one revision
   AddRangeOp(read, keys.AllNodes());
@@ -35,13 +35,8 @@ absl::StatusOr<Membership> ReadMembership(etcd::Client& client,
   absl::StatusOr<pb::TxnResponse> r;
   // A read-only Txn may be sent again: it changes nothing.
   for (int attempt = 0; attempt < 3; ++attempt) {
-    if (timeouts.attempt_ms > 0) {
-      r = internal::ResendTimeouts(
-          timeouts.attempt_ms, timeouts.total_ms, [] { return false; },
-          [&](int64_t ms) { return client.Txn(read, ms); });
-    } else {
-      r = client.Txn(read);
-    }
+    r = internal::ResendTimeouts(
+        sends, [&](int64_t ms) { return client.Txn(read, ms); });
     if (r.ok() || !etcd::IsUnknownOutcome(r.status())) break;
   }
   if (!r.ok()) return r.status();

@@ -27,19 +27,17 @@ absl::StatusOr<std::unique_ptr<NodeRegistration>> NodeRegistration::Join(
     NodeOptions o, etcd::LeaseKeeper::LostFn lost) {
   etcd::BootClock& clock =
       o.clock != nullptr ? *o.clock : etcd::SystemBootClock::Default();
-  const auto never = [] { return false; };
   // A grant whose answer never came leaves a lease nobody keeps alive: it
   // expires by itself.
   absl::StatusOr<std::unique_ptr<etcd::LeaseKeeper>> keeper =
-      internal::ResendTimeouts(
-          o.attempt_timeout_ms, o.call_timeout_ms, never, [&](int64_t ms) {
-            return etcd::LeaseKeeper::Grant(
-                *o.client,
-                etcd::LeaseKeeperOptions{.ttl_ms = o.lease_ttl_ms,
-                                         .margin_ms = o.lease_margin_ms,
-                                         .grant_timeout_ms = ms},
-                clock, lost);
-          });
+      internal::ResendTimeouts(o.sends, [&](int64_t ms) {
+        return etcd::LeaseKeeper::Grant(
+            *o.client,
+            etcd::LeaseKeeperOptions{.ttl_ms = o.lease_ttl_ms,
+                                     .margin_ms = o.lease_margin_ms,
+                                     .grant_timeout_ms = ms},
+            clock, lost);
+      });
   if (!keeper.ok()) return keeper.status();
   const internal::etcd_keys::Layout keys(o.key_prefix);
   const std::string key = keys.Node(o.node_id);
@@ -59,7 +57,7 @@ absl::StatusOr<std::unique_ptr<NodeRegistration>> NodeRegistration::Join(
   int renewals = 0;
   int64_t waited_ms = 0;
   int64_t wait_limit_ms = 0;
-  internal::SendDeadlines deadline(o.attempt_timeout_ms, o.call_timeout_ms);
+  internal::SendDeadlines deadline(o.sends.attempt_ms, o.sends.total_ms);
   while (true) {
     absl::StatusOr<pb::TxnResponse> r = o.client->Txn(join, deadline.ms());
     if (!r.ok()) {
@@ -74,7 +72,7 @@ absl::StatusOr<std::unique_ptr<NodeRegistration>> NodeRegistration::Join(
     const int64_t lease = found.kvs(0).lease();
     if (lease == (*keeper)->lease_id()) break;  // ours: a lost answer
     absl::StatusOr<pb::LeaseTimeToLiveResponse> ttl = internal::ResendTimeouts(
-        o.attempt_timeout_ms, o.call_timeout_ms, never,
+        o.sends,
         [&](int64_t ms) { return o.client->LeaseTimeToLive(lease, ms); });
     if (!ttl.ok()) return ttl.status();
     if (lease != old_lease) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "tcc/etcd/client.h"
 
 namespace tcc::wal::internal {
 
@@ -58,6 +59,14 @@ auto ResendTimeouts(int64_t attempt_ms, int64_t total_ms,
     if (left <= 0) return r;
     deadline.After(r.status());
   }
+}
+
+// The same for a caller that has nothing to stop it.
+template <typename Send>
+auto ResendTimeouts(const etcd::SendTimeouts& t, const Send& send)
+    -> decltype(send(int64_t{0})) {
+  return ResendTimeouts(
+      t.attempt_ms, t.total_ms, [] { return false; }, send);
 }
 
 }  // namespace tcc::wal::internal

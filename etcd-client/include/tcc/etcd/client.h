@@ -69,6 +69,16 @@ struct ClientOptions {
 // INVALID_ARGUMENT naming the setting (`config_prefix` + its name).
 [[nodiscard]] absl::Status ValidateClientOptions(const ClientOptions& options);
 
+// How a caller sends one call again (tccd's rule: wal/src/etcd/
+// send_deadlines.h): each send at most `attempt_ms`, sent again when it
+// waited that out (etcd never answers a call that a follower forwarded to a
+// leader that then died), for at most `total_ms`. 0: one send with
+// ClientOptions::call_timeout_ms.
+struct SendTimeouts {
+  int64_t attempt_ms = 0;
+  int64_t total_ms = 0;
+};
+
 // True for a status etcd answers when it may have applied the request
 // anyway, or never received it (the outcome is unknown): UNAVAILABLE,
 // DEADLINE_EXCEEDED, CANCELLED, UNKNOWN, INTERNAL, ABORTED.

@@ -20,22 +20,13 @@
 
 namespace tcc::wal {
 
-// How long ReadMembership waits: each send at most `attempt_ms`, sent again
-// when it waited that out (etcd never answers a read that a follower
-// forwarded to a leader that then died), as the etcd log's reads are
-// (etcd_log.h, txn_attempt_timeout_ms), for at most `total_ms`. 0: one send
-// with the client's call timeout.
-struct ReadTimeouts {
-  int64_t attempt_ms = 0;
-  int64_t total_ms = 0;
-};
-
 // One linearizable read (a read-only Txn) of nodes/, drain/ and shards/*/
-// owner under `key_prefix`, for a cluster of `shards` shards. DATA_LOSS for
-// a key that does not decode.
+// owner under `key_prefix`, for a cluster of `shards` shards, each send as
+// `sends` says (tccd: as the etcd log's reads, etcd_log.h
+// txn_attempt_timeout_ms). DATA_LOSS for a key that does not decode.
 [[nodiscard]] absl::StatusOr<Membership> ReadMembership(
     etcd::Client& client, const std::string& key_prefix, uint32_t shards,
-    const ReadTimeouts& timeouts = {});
+    const etcd::SendTimeouts& sends = {});
 
 // Marks `node_id` as draining: drain/<node_id> under that node's lease (it
 // goes when the node stops). NOT_FOUND when no such node is live.

@@ -31,14 +31,12 @@ struct NodeOptions {
   // How long etcd may take to elect a leader (its --election-timeout):
   // added to the old lease's TTL when waiting for it to expire.
   int64_t election_timeout_ms = 1000;
-  // Each send of the lease grant, the registration Txn and the old lease's
-  // TTL read waits at most attempt_timeout_ms, and is sent again when it
-  // waited that out, as the etcd log's sends are (etcd_log.h,
-  // txn_attempt_timeout_ms): from the second such send on, twice as long,
-  // up to call_timeout_ms. 0 (either): one send with the client's call
-  // timeout.
-  int64_t attempt_timeout_ms = 0;
-  int64_t call_timeout_ms = 0;
+  // The lease grant, the registration Txn and the old lease's TTL read are
+  // each sent as this says (tccd: as the etcd log's sends, etcd_log.h
+  // txn_attempt_timeout_ms); the registration, safe to send again as it is,
+  // also after any other unknown outcome, each send longer from the second
+  // that waited its deadline out (send_deadlines.h).
+  etcd::SendTimeouts sends;
   etcd::BootClock* clock = nullptr;  // null: the system's
 };
 
