@@ -6,6 +6,8 @@
 #include <grpcpp/support/channel_arguments.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -119,12 +121,23 @@ absl::Status ValidateClientOptions(const ClientOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat(p, "call_timeout_ms must be positive"));
   }
+  if (o.leader_check_ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(p, "leader_check_ms must not be negative"));
+  }
   return absl::OkStatus();
 }
 
 Client::Client(ClientOptions options) : options_(std::move(options)) {}
 
-Client::~Client() = default;
+Client::~Client() {
+  {
+    std::lock_guard<std::mutex> lock(leader_mu_);
+    stopping_ = true;
+  }
+  leader_cv_.notify_all();
+  if (leader_thread_.joinable()) leader_thread_.join();
+}
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (absl::Status s = ValidateClientOptions(options); !s.ok()) return s;
@@ -150,7 +163,94 @@ absl::Status Client::Init() {
     m.conn = MakeConn(endpoint);
     members_.push_back(std::move(m));
   }
+  if (options_.leader_check_ms > 0 && members_.size() > 1) {
+    leader_thread_ = std::thread([this] { LeaderLoop(); });
+  }
   return absl::OkStatus();
+}
+
+void Client::LeaderLoop() {
+  const int64_t every = options_.leader_check_ms;
+  std::unique_lock<std::mutex> lock(leader_mu_);
+  while (!stopping_) {
+    lock.unlock();
+    // A member that does not answer within the period is skipped this time.
+    (void)UseLeader(std::min<int64_t>(every, options_.call_timeout_ms));
+    lock.lock();
+    leader_cv_.wait_for(lock, std::chrono::milliseconds(every),
+                        [this] { return stopping_; });
+  }
+}
+
+absl::StatusOr<size_t> Client::UseLeader(int64_t timeout_ms) {
+  if (timeout_ms <= 0) timeout_ms = options_.call_timeout_ms;
+  const gpr_timespec deadline = DeadlineIn(timeout_ms);
+  struct Answer {
+    uint64_t member_id = 0;
+    uint64_t leader = 0;
+    uint64_t term = 0;
+  };
+  // Asked at once, each on its own thread of gRPC's: a member that hangs
+  // costs the period, not the period times the members.
+  struct Ask {
+    std::shared_ptr<const Conn> conn;  // kept while its call is out
+    grpc::ClientContext context;
+    etcdserverpb::StatusResponse response;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Ask>> asks;
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t pending = 0;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    auto ask = std::make_unique<Ask>();
+    ask->context.set_deadline(deadline);
+    if (!options_.user.empty()) {
+      const std::string token = Token();
+      if (!token.empty()) ask->context.AddMetadata("token", token);
+    }
+    asks.push_back(std::move(ask));
+  }
+  etcdserverpb::StatusRequest request;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    Ask* ask = asks[i].get();
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++pending;
+    }
+    ask->conn = ConnOf(i);
+    ask->conn->maintenance->async()->Status(
+        &ask->context, &request, &ask->response,
+        [ask, &mu, &cv, &pending](grpc::Status status) {
+          std::lock_guard<std::mutex> lock(mu);
+          ask->status = std::move(status);
+          if (--pending == 0) cv.notify_all();
+        });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return pending == 0; });  // each has the deadline
+  }
+  std::vector<Answer> answers(members_.size());
+  const Answer* newest = nullptr;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    if (!asks[i]->status.ok()) continue;
+    const etcdserverpb::StatusResponse& r = asks[i]->response;
+    answers[i] = Answer{r.header().member_id(), r.leader(), r.raftterm()};
+    if (r.leader() != 0 && (newest == nullptr || r.raftterm() > newest->term)) {
+      newest = &answers[i];
+    }
+  }
+  if (newest != nullptr) {
+    for (size_t i = 0; i < members_.size(); ++i) {
+      if (answers[i].member_id != 0 && answers[i].member_id == newest->leader) {
+        current_.store(i);
+        return i;
+      }
+    }
+  }
+  return absl::UnavailableError(
+      "etcd: no member named a leader that answered its status");
 }
 
 std::shared_ptr<const Client::Conn> Client::MakeConn(

@@ -3,6 +3,9 @@
 // TLS and auth).
 #include "tcc/etcd/client.h"
 
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -74,6 +77,9 @@ TEST_CASE("options are checked, naming the setting") {
              Catch::Contains("cluster.etcd.password"));
   o.password = "x";
   CHECK(ValidateClientOptions(o).ok());
+  o.leader_check_ms = -1;
+  CHECK_THAT(std::string(ValidateClientOptions(o).message()),
+             Catch::Contains("cluster.etcd.leader_check_ms"));
 }
 
 TEST_CASE("a Txn with nested Txns commits, and its compares choose branches") {
@@ -184,6 +190,94 @@ TEST_CASE("a member killed: reads, writes and a keep-alive go on elsewhere") {
   // Revoked: its key goes at once.
   REQUIRE((*keeper)->Revoke().ok());
   CHECK(absl::IsNotFound(Get(*c, key).status()));
+}
+
+// Member i's status, asked of that member alone.
+pb::StatusResponse StatusOf(const std::string& endpoint) {
+  auto channel =
+      grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials());
+  auto stub = pb::Maintenance::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(5));
+  pb::StatusResponse r;
+  grpc::Status s = stub->Status(&context, pb::StatusRequest(), &r);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  return r;
+}
+
+TEST_CASE("the client finds etcd's leader and follows it when it moves") {
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+      EtcdCluster::Start({.members = 3});
+  REQUIRE(cluster.ok());
+  const std::vector<std::string>& endpoints = (*cluster)->endpoints();
+  auto leader_index = [&]() -> size_t {
+    for (size_t i = 0; i < endpoints.size(); ++i) {
+      pb::StatusResponse r = StatusOf(endpoints[i]);
+      if (r.leader() == r.header().member_id()) return i;
+    }
+    return endpoints.size();
+  };
+  size_t leader = endpoints.size();
+  REQUIRE(Eventually(
+      [&] { return (leader = leader_index()) < endpoints.size(); }, 5000));
+
+  // Off (the default): the first member is used, whichever leads.
+  std::unique_ptr<Client> plain = Connect((*cluster)->Client());
+  pb::TxnRequest t;
+  Put(t, UniqueKeyPrefix("leader") + "k", "v");
+  REQUIRE(plain->Txn(t).ok());
+  CHECK(plain->CurrentTarget().member == 0);
+
+  // UseLeader names the leader's member and makes it the one in use.
+  absl::StatusOr<size_t> found = plain->UseLeader(2000);
+  REQUIRE(found.ok());
+  CHECK(*found == leader);
+  CHECK(plain->CurrentTarget().member == leader);
+
+  // On: the client's own checks follow the leader when it moves.
+  ClientOptions o = (*cluster)->Client();
+  o.leader_check_ms = 100;
+  std::unique_ptr<Client> following = Connect(o);
+  REQUIRE(Eventually(
+      [&] { return following->CurrentTarget().member == leader; }, 3000));
+  const size_t next = (leader + 1) % endpoints.size();
+  {
+    auto channel = grpc::CreateChannel(endpoints[leader],
+                                       grpc::InsecureChannelCredentials());
+    auto stub = pb::Maintenance::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    pb::MoveLeaderRequest move;
+    move.set_targetid(StatusOf(endpoints[next]).header().member_id());
+    pb::MoveLeaderResponse moved;
+    grpc::Status s = stub->MoveLeader(&context, move, &moved);
+    INFO(s.error_message());
+    REQUIRE(s.ok());
+  }
+  REQUIRE(Eventually([&] { return leader_index() == next; }, 5000));
+  CHECK(Eventually([&] { return following->CurrentTarget().member == next; },
+                   3000));
+  // Its writes still go through.
+  pb::TxnRequest t2;
+  Put(t2, UniqueKeyPrefix("leader") + "k2", "v");
+  CHECK(following->Txn(t2).ok());
+
+  // A member killed: the client leaves it, and UseLeader skips it.
+  REQUIRE((*cluster)->KillMember(static_cast<int>(next) + 1).ok());
+  REQUIRE(Eventually(
+      [&] {
+        absl::StatusOr<size_t> l = plain->UseLeader(500);
+        return l.ok() && *l != next;
+      },
+      10000));
+  CHECK(Eventually([&] { return following->CurrentTarget().member != next; },
+                   10000));
+  pb::TxnRequest t3;
+  Put(t3, UniqueKeyPrefix("leader") + "k3", "v");
+  CHECK(following->Txn(t3).ok());
 }
 
 TEST_CASE("keep-alive answers delayed past the margin end the lease's trust") {

@@ -383,7 +383,12 @@ TEST_CASE("cluster: off by default; when on, every key is checked by name") {
     CHECK(c->cluster.key_prefix == "/tccd/");
     CHECK(c->cluster.hold_buffered_ms == 500);
     CHECK(c->cluster.etcd.txn_attempt_timeout_ms == 1000);
+    CHECK(c->cluster.etcd.leader_check_ms == 1000);
   }
+  CHECK(ParseConfig(base + "    leader_check_ms: 0\n", "ok.yaml").ok());
+  CHECK_THAT(ErrorOf(base + "    leader_check_ms: 10\n"),
+             Catch::Contains("cluster.etcd.leader_check_ms: must be 0 (off) "
+                             "or 100 to 60000"));
   CHECK_THAT(ErrorOf(base + "    txn_attempt_timeout_ms: 6000\n"),
              Catch::Contains("cluster.etcd.txn_attempt_timeout_ms: must be <= "
                              "etcd.call_timeout_ms"));

@@ -487,6 +487,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
       e.Integer("call_timeout_ms", &cl.etcd.call_timeout_ms, 100, 600 * 1000);
       e.Integer("txn_attempt_timeout_ms", &cl.etcd.txn_attempt_timeout_ms, 100,
                 600 * 1000);
+      e.Integer("leader_check_ms", &cl.etcd.leader_check_ms, 0, 60 * 1000);
       e.Integer("max_txn_ops", &cl.etcd.max_txn_ops, 16, 1000000);
       e.Integer("max_request_bytes", &cl.etcd.max_request_bytes, 64 << 10,
                 1LL << 31);
@@ -602,6 +603,9 @@ absl::Status ValidateClusterConfig(const ClusterConfig& cl) {
   }
   if (cl.min_dedup_window_ms > cl.dedup_window_ms) {
     return bad("min_dedup_window_ms", "must be <= dedup_window_ms");
+  }
+  if (cl.etcd.leader_check_ms > 0 && cl.etcd.leader_check_ms < 100) {
+    return bad("etcd.leader_check_ms", "must be 0 (off) or 100 to 60000");
   }
   if (cl.etcd.txn_attempt_timeout_ms > cl.etcd.call_timeout_ms) {
     return bad("etcd.txn_attempt_timeout_ms",

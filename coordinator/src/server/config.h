@@ -180,6 +180,9 @@ struct ClusterEtcdConfig {
   // etcd never answers a Txn whose proposal was lost with a leader that
   // died.
   int64_t txn_attempt_timeout_ms = 1000;
+  // How often the node asks the members which is etcd's leader and sends
+  // its calls there (etcd::ClientOptions::leader_check_ms); 0: off.
+  int64_t leader_check_ms = 1000;
   // etcd's --max-txn-ops and --max-request-bytes (the group commit's
   // limits; must not exceed what the members run with).
   uint32_t max_txn_ops = 1024;

@@ -642,6 +642,7 @@ absl::StatusOr<std::unique_ptr<etcd::Client>> ConnectEtcd(
     co.password = *password;
   }
   co.call_timeout_ms = cl.etcd.call_timeout_ms;
+  co.leader_check_ms = cl.etcd.leader_check_ms;
   co.max_message_bytes = static_cast<int>(
       std::min<uint64_t>(cl.etcd.max_request_bytes * 2, INT32_MAX));
   co.config_prefix = "cluster.etcd.";

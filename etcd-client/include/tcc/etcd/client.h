@@ -19,6 +19,12 @@
 // - Range and Txn require a leader (etcd's "hasleader" metadata): a member
 //   whose cluster has no quorum refuses them at once (UNAVAILABLE, "no
 //   leader") instead of holding them until the deadline.
+// - The leader: with leader_check_ms > 0 and several endpoints, a thread of
+//   the client asks every member for its status that often and makes the
+//   leader's member the one in use (writes then reach the leader without a
+//   follower forwarding them, and the leader needs no ReadIndex round for a
+//   linearizable read). A failover moves on as above; the next check comes
+//   back to the leader.
 // - Deadlines: every call has one (its own, or options.call_timeout_ms).
 // - TLS: the members' certificates are checked against tls.ca_file; with
 //   cert_file and key_file the client presents its own (mutual TLS).
@@ -32,10 +38,12 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -59,6 +67,9 @@ struct ClientOptions {
   // gRPC keepalive pings on idle connections; must be above the members'
   // --grpc-keepalive-min-time or they close the connection.
   int64_t grpc_keepalive_time_ms = 10000;
+  // > 0: how often the client looks for etcd's leader and uses its member
+  // (see the header comment); 0: the members in turn, from the first.
+  int64_t leader_check_ms = 0;
   // The largest message the client sends or receives.
   int max_message_bytes = 8 << 20;
   // Where setting errors point to ("cluster.etcd." in tccd).
@@ -122,6 +133,11 @@ class Client {
   // current revision; `errors` its alarms, e.g. NOSPACE).
   [[nodiscard]] absl::StatusOr<etcdserverpb::StatusResponse> Status(
       int64_t timeout_ms = 0);
+  // Asks every member for its status (each at most `timeout_ms`) and makes
+  // the leader's member, as the answer with the highest raft term names
+  // it, the one in use. Its index in options().endpoints; UNAVAILABLE when
+  // no member answering knows a leader that answered.
+  [[nodiscard]] absl::StatusOr<size_t> UseLeader(int64_t timeout_ms);
   // The cluster's alarms (NOSPACE when it is out of space).
   [[nodiscard]] absl::StatusOr<etcdserverpb::AlarmResponse> Alarms(
       int64_t timeout_ms = 0);
@@ -184,6 +200,8 @@ class Client {
   absl::Status Authenticate(const Conn& conn, const std::string& endpoint,
                             int64_t deadline_ms, std::string& token_out);
   std::string Token();
+  // The leader thread (options.leader_check_ms): UseLeader, then waits.
+  void LeaderLoop();
 
   const ClientOptions options_;
   std::shared_ptr<grpc::ChannelCredentials> creds_;  // set by Init
@@ -193,6 +211,10 @@ class Client {
   std::atomic<uint64_t> txns_sent_{0};
   mutable std::mutex token_mu_;
   std::string token_;  // empty: none yet (or no auth)
+  std::mutex leader_mu_;
+  std::condition_variable leader_cv_;
+  bool stopping_ = false;  // guarded by leader_mu_
+  std::thread leader_thread_;
 };
 
 }  // namespace tcc::etcd
