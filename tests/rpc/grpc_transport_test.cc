@@ -8,8 +8,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -463,6 +465,83 @@ TEST_CASE("transport: a participant's own rpcs_in_flight", "[integration]") {
         CHECK(after.batched_calls - before.batched_calls == 2);
       }
     }
+    server.Stop();
+  }
+}
+
+// Single Trys take 300 ms; every call is counted by gid, batched or not.
+class SlowCountingParticipant final : public v1::Participant::Service {
+ public:
+  grpc::Status Try(grpc::ServerContext*, const v1::BranchRequest* req,
+                   v1::BranchResponse* resp) override {
+    Count(req->key().gid());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    resp->set_outcome(v1::OUTCOME_EXECUTED);
+    return grpc::Status::OK;
+  }
+  grpc::Status Batch(grpc::ServerContext*, const v1::BatchRequest* req,
+                     v1::BatchResponse* resp) override {
+    for (const v1::BatchCall& c : req->calls()) {
+      Count(c.try_call().key().gid());
+      resp->add_results()->mutable_branch()->set_outcome(v1::OUTCOME_EXECUTED);
+    }
+    return grpc::Status::OK;
+  }
+  std::map<std::string, int> seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+
+ private:
+  void Count(const std::string& gid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++seen_[gid];
+  }
+  std::mutex mu_;
+  std::map<std::string, int> seen_;
+};
+
+TEST_CASE(
+    "transport: a call waiting in its window when the gate shuts is "
+    "not sent",
+    "[integration]") {
+  SlowCountingParticipant service;
+  TestServer server(&service);
+  {
+    // The first Try leaves at once and holds the window 300 ms; four more
+    // wait behind it. The gate shuts (the node stopped trusting its lease)
+    // while they wait: they must not leave when the window frees.
+    std::atomic<bool> open{true};
+    GrpcTransport::Options o{.rpcs_in_flight = 1, .batch_max_calls = 64};
+    o.may_send = [&open] { return open.load(); };
+    Harness h(server.address(), o);
+    const wal::BranchSpec reserve = h.Spec("reserve");
+    constexpr int kN = 5;
+    Answers<runtime::BranchAnswer> tries(kN);
+    for (int i = 0; i < kN; ++i) {
+      h.transport->Call(h.Call(Gid(i), reserve, wal::Phase::kTry), 5000,
+                        tries.Slot(static_cast<size_t>(i)));
+    }
+    open = false;
+    tries.Wait();
+    REQUIRE(tries.EachOnce());
+    REQUIRE(tries[0].ok());  // it left while the gate was open
+    CHECK(tries[0]->outcome == wal::Outcome::kExecuted);
+    for (int i = 1; i < kN; ++i) {
+      INFO("call " << i);
+      REQUIRE_FALSE(tries[i].ok());
+      CHECK(runtime::IsNotSent(tries[i].status()));
+      CHECK(tries[i].status().code() == absl::StatusCode::kUnavailable);
+    }
+    const std::map<std::string, int> seen = service.seen();
+    CHECK(seen == std::map<std::string, int>{{Gid(0), 1}});
+    // Open again: calls leave as before.
+    open = true;
+    Answers<runtime::BranchAnswer> again(1);
+    h.transport->Call(h.Call(Gid(9), reserve, wal::Phase::kTry), 5000,
+                      again.Slot(0));
+    again.Wait();
+    CHECK(again[0].ok());
     server.Stop();
   }
 }

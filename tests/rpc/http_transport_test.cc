@@ -586,6 +586,60 @@ TEST_CASE(
   CHECK(t->stats().batched_calls == 5);
 }
 
+TEST_CASE("a call waiting when the send gate shuts is not sent") {
+  // The first Try holds the one connection (or the one /batch in flight);
+  // three more wait. The gate shuts (the node stopped trusting its cluster
+  // lease) while they wait: none may leave when the connection frees.
+  const bool batching = GENERATE(false, true);
+  INFO("batch: " << batching);
+  Gate gate;
+  std::atomic<int> requests{0};
+  HttpTestServer server([&](const http::request<http::string_body>& req) {
+    ++requests;
+    if (req.target() == "/try") gate.HoldHere();
+    return Executed();
+  });
+  HttpEndpoint e;
+  e.host = "127.0.0.1";
+  e.port = static_cast<uint16_t>(server.port());
+  e.max_connections = 1;
+  e.batch = batching;
+  e.batch_requests_in_flight = 1;
+  std::atomic<bool> open{true};
+  HttpTransport::Options o{.max_response_bytes = 64 << 10};
+  o.may_send = [&open] { return open.load(); };
+  auto t = HttpTransport::Create({{"p", e}}, o);
+  REQUIRE(t.ok());
+  std::vector<Branch> branches;
+  branches.reserve(4);  // a Branch's call points into it: never moved
+  for (int i = 0; i < 4; ++i) branches.emplace_back("g-" + std::to_string(i));
+  Answers<runtime::BranchAnswer> answers(4);
+  (*t)->Call(branches[0].call, 5000, answers.Slot(0));
+  REQUIRE(gate.WaitHeld());
+  for (size_t i = 1; i < 4; ++i) {
+    (*t)->Call(branches[i].call, 5000, answers.Slot(i));
+  }
+  open = false;
+  gate.Release();
+  REQUIRE(answers.Wait(4));
+  REQUIRE(answers.Get(0).ok());  // it left while the gate was open
+  for (size_t i = 1; i < 4; ++i) {
+    INFO("call " << i);
+    REQUIRE_FALSE(answers.Get(i).ok());
+    CHECK(runtime::IsNotSent(answers.Get(i).status()));
+    CHECK(answers.Get(i).status().code() == absl::StatusCode::kUnavailable);
+  }
+  CHECK(requests.load() == 1);
+  // Open again: calls leave as before.
+  open = true;
+  Branch later("g-9");
+  Answers<runtime::BranchAnswer> again(1);
+  (*t)->Call(later.call, 5000, again.Slot(0));
+  REQUIRE(again.Wait(1));
+  CHECK(again.Get(0).ok());
+  CHECK(requests.load() == 2);
+}
+
 TEST_CASE(
     "batch: an error of the /batch is every call's, tagged once; a wrong "
     "number of results or a body that does not parse is unknown") {

@@ -1,6 +1,8 @@
 #include "rpc/grpc_transport.h"
 
 #include <algorithm>
+#include <iterator>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "rpc/participant_mapping.h"
@@ -41,7 +43,11 @@ void GrpcTransport::Admit(const std::string& participant, Pending call) {
 
 void GrpcTransport::Pump(const std::string& participant, int ended,
                          std::deque<Pending> requeue_front) {
+  // Asked once here, outside the lock: what would leave now stays if the
+  // gate is shut (runtime::SendGate; a node past its lease's trust).
+  const bool gate_open = !options_.may_send || options_.may_send();
   std::vector<std::vector<Pending>> to_send;
+  std::vector<Pending> kept;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Window& w = windows_[participant];
@@ -56,6 +62,12 @@ void GrpcTransport::Pump(const std::string& participant, int ended,
                          ? std::max(1, own->second)
                          : options_.rpcs_in_flight;
     const int limit = batching ? rpcs : options_.max_outstanding;
+    if (!gate_open && w.in_flight < limit) {
+      // Everything that would leave now: the window has room for it all.
+      kept.assign(std::make_move_iterator(w.waiting.begin()),
+                  std::make_move_iterator(w.waiting.end()));
+      w.waiting.clear();
+    }
     while (w.in_flight < limit && !w.waiting.empty()) {
       std::vector<Pending> group;
       int64_t bytes = 0;
@@ -75,6 +87,12 @@ void GrpcTransport::Pump(const std::string& participant, int ended,
       }
       to_send.push_back(std::move(group));
     }
+  }
+  if (!kept.empty()) {
+    // Answered on another thread: Pump may run inside Call.
+    post_([kept = std::make_shared<std::vector<Pending>>(std::move(kept))] {
+      for (Pending& call : *kept) Fail(call, runtime::NotSentError());
+    });
   }
   for (std::vector<Pending>& group : to_send) {
     if (group.size() == 1) {

@@ -49,6 +49,9 @@ class GrpcTransport final : public runtime::ParticipantTransport {
     int batch_max_calls = 1024;
     int64_t batch_max_bytes = 1024 * 1024;
     int max_outstanding = 512;
+    // Cluster mode: checked as calls leave (runtime::SendGate); a call still
+    // waiting in a window when it is shut fails NotSentError, not sent.
+    runtime::SendGate may_send = nullptr;
   };
   // What went out, for tests and metrics.
   struct Stats {

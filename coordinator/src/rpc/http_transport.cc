@@ -404,14 +404,23 @@ awaitable<void> HttpTransport::Impl::Serve(
     bool reusable = false;
     bool answered = false;
     const bool reused = connection->used;
-    absl::StatusOr<Answer> answer =
-        co_await Exchange(pool, *connection, job, &reusable, &answered);
+    // Cluster mode: the gate is asked as the request is to leave, after its
+    // wait for a connection (runtime::SendGate). Shut: not sent; an open
+    // connection stays open.
+    const bool gated = options_.may_send && !options_.may_send();
+    absl::StatusOr<Answer> answer;
+    if (gated) {
+      answer = runtime::NotSentError();
+      reusable = reused;
+    } else {
+      answer = co_await Exchange(pool, *connection, job, &reusable, &answered);
+    }
     bool stopping;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping = stopping_;
     }
-    if (!answer.ok() && reused && !answered && !stopping &&
+    if (!gated && !answer.ok() && reused && !answered && !stopping &&
         answer.status().code() == absl::StatusCode::kUnavailable) {
       // The participant had closed this idle connection: nothing of the
       // call reached a handler that answered. Once more, on a new one.

@@ -94,6 +94,10 @@ class HttpTransport final : public runtime::ParticipantTransport {
     // bytes of its JSON body.
     int batch_max_calls = 1024;
     int64_t batch_max_bytes = 1 << 20;
+    // Cluster mode: checked as each request leaves (runtime::SendGate); a
+    // call still waiting for a connection when it is shut fails
+    // NotSentError, not sent.
+    runtime::SendGate may_send = nullptr;
   };
   struct Stats {
     int64_t requests = 0;            // HTTP requests sent

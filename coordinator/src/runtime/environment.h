@@ -93,6 +93,7 @@ struct QueryAnswer {
 // errors (id 0) each count. The driver strips the tag (UntagRpc) before an
 // error goes anywhere else (the core, logs, the WAL).
 inline constexpr char kRpcIdPayload[] = "tcc.rpc_id";
+inline constexpr char kNotSentPayload[] = "tcc.not_sent";  // NotSentError
 inline void TagRpc(absl::Status& status, uint64_t rpc_id) {
   if (!status.ok() && rpc_id != 0) {
     status.SetPayload(kRpcIdPayload, absl::Cord(std::to_string(rpc_id)));
@@ -107,7 +108,29 @@ inline uint64_t RpcOf(const absl::Status& status) {
 }
 inline absl::Status UntagRpc(absl::Status status) {
   status.ErasePayload(kRpcIdPayload);
+  status.ErasePayload(kNotSentPayload);
   return status;
+}
+
+// Cluster mode: whether calls may leave this process now (the node trusts
+// its lease, DESIGN.md section 14). A transport asks it when a call
+// actually leaves, after whatever wait in its queue, and fails a call it
+// then keeps with NotSentError. Unset: always.
+using SendGate = std::function<bool()>;
+
+// A call or query a transport did not send (its SendGate was shut when it
+// was to leave) fails with this error: it never left, so nothing happened
+// at the participant, unlike after any other transport error (whose outcome
+// is unknown). The mark is a payload (kNotSentPayload), stripped with
+// UntagRpc.
+inline absl::Status NotSentError() {
+  absl::Status s = absl::UnavailableError(
+      "this node cannot trust its cluster lease now: the call was not sent");
+  s.SetPayload(kNotSentPayload, absl::Cord("1"));
+  return s;
+}
+inline bool IsNotSent(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kNotSentPayload).has_value();
 }
 
 using BranchDone = std::function<void(absl::StatusOr<BranchAnswer>)>;

@@ -85,44 +85,53 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
     const int64_t start = clock_.MonotonicMs();
     in_flight_.fetch_add(1);
     std::weak_ptr<Impl> weak = weak_from_this();
-    transport_.Call(
-        *call, timeout,
-        [weak, gid, c, participant, kind, start, bytes, budget = budget_,
-         answered = std::make_shared<std::atomic<bool>>(false)](
-            absl::StatusOr<BranchAnswer> a) {
-          // A simulated transport may answer twice (a duplicated reply):
-          // the room it held is given back once.
-          const bool first = !answered->exchange(true);
-          if (first) budget->Charge(-bytes);
-          auto self = weak.lock();
-          if (!self) return;
-          if (first) {
-            self->in_flight_.fetch_sub(1);
-            self->ReleaseWaiting();
-          }
-          // Recovery drills: `driver.drop_try_reply=error` loses every Try's
-          // answer (the Try ran; tccd never learns how), as if tccd had
-          // crashed with the Try in flight. Off unless TCC_FAILPOINTS names
-          // it.
-          if (c.phase == wal::Phase::kTry &&
-              !failpoint::Eval("driver.drop_try_reply").ok()) {
-            return;
-          }
-          self->Answered(participant, kind, start, a.status());
-          core::CallReplyEvent e;
-          e.branch = c.branch;
-          e.phase = c.phase;
-          e.attempt = c.attempt;
-          if (a.ok()) {
-            e.status = absl::OkStatus();
-            e.outcome = a->outcome;
-            e.replayed = a->replayed;
-            e.message = a->message;
-          } else {
-            e.status = UntagRpc(a.status());
-          }
-          self->hooks_.deliver(gid, std::move(e));
-        });
+    transport_.Call(*call, timeout,
+                    [weak, gid, c, participant, kind, start, bytes, as_probe,
+                     budget = budget_,
+                     answered = std::make_shared<std::atomic<bool>>(false)](
+                        absl::StatusOr<BranchAnswer> a) {
+                      // A simulated transport may answer twice (a duplicated
+                      // reply): the room it held is given back once.
+                      const bool first = !answered->exchange(true);
+                      if (first) budget->Charge(-bytes);
+                      auto self = weak.lock();
+                      if (!self) return;
+                      if (first) {
+                        self->in_flight_.fetch_sub(1);
+                        self->ReleaseWaiting();
+                      }
+                      if (IsNotSent(a.status())) {
+                        // The transport kept it (its send gate shut while it
+                        // waited): it never left. Not the participant's
+                        // failure; a probe passes to the next call.
+                        if (first) self->Abandon(participant, as_probe);
+                        self->Deliver(gid, c, UntagRpc(a.status()),
+                                      /*not_sent=*/true);
+                        return;
+                      }
+                      // Recovery drills: `driver.drop_try_reply=error` loses
+                      // every Try's answer (the Try ran; tccd never learns
+                      // how), as if tccd had crashed with the Try in flight.
+                      // Off unless TCC_FAILPOINTS names it.
+                      if (c.phase == wal::Phase::kTry &&
+                          !failpoint::Eval("driver.drop_try_reply").ok()) {
+                        return;
+                      }
+                      self->Answered(participant, kind, start, a.status());
+                      core::CallReplyEvent e;
+                      e.branch = c.branch;
+                      e.phase = c.phase;
+                      e.attempt = c.attempt;
+                      if (a.ok()) {
+                        e.status = absl::OkStatus();
+                        e.outcome = a->outcome;
+                        e.replayed = a->replayed;
+                        e.message = a->message;
+                      } else {
+                        e.status = UntagRpc(a.status());
+                      }
+                      self->hooks_.deliver(gid, std::move(e));
+                    });
   }
 
   void Abandon(const std::string& participant, bool as_probe) {
@@ -144,9 +153,10 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
       hooks_.deliver(query.gid, std::move(fail));
       return;
     }
+    bool probe = false;
     if (breakers_.Admission(query.participant, CallKind::kQuery,
-                            clock_.MonotonicMs(),
-                            nullptr) != CircuitBreakers::Admit::kSend) {
+                            clock_.MonotonicMs(), nullptr,
+                            &probe) != CircuitBreakers::Admit::kSend) {
       fail.status = absl::UnavailableError(
           absl::StrCat("circuit open for participant ", query.participant));
       hooks_.deliver(query.gid, std::move(fail));
@@ -159,11 +169,17 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
     std::weak_ptr<Impl> weak = weak_from_this();
     transport_.Query(query, timeout,
                      [weak, gid = query.gid, participant = query.participant,
-                      fail, start](absl::StatusOr<QueryAnswer> a) {
+                      fail, start, probe](absl::StatusOr<QueryAnswer> a) {
                        auto self = weak.lock();
                        if (!self) return;
-                       self->Answered(participant, CallKind::kQuery, start,
-                                      a.status());
+                       if (IsNotSent(a.status())) {
+                         // Never left (the transport's gate): not the
+                         // participant's failure; the lookup stays unknown.
+                         self->Abandon(participant, probe);
+                       } else {
+                         self->Answered(participant, CallKind::kQuery, start,
+                                        a.status());
+                       }
                        core::QueryReplyEvent e = fail;
                        if (a.ok()) {
                          e.status = absl::OkStatus();

@@ -38,7 +38,10 @@ struct ParticipantCallsOptions {
   // Cluster mode: whether a query for `gid` may go now (DriverOptions::
   // may_call: the node trusts its lease). One it refuses is not sent: it
   // fails UNAVAILABLE, and the lookup stays unknown and is asked again.
-  // Unset: always. (Calls are checked where they are built, by the driver.)
+  // Unset: always. (Calls are checked where they are built, by the driver,
+  // and again by the transport as they leave: runtime::SendGate; a call the
+  // transport kept comes back marked not sent, runtime::NotSentError, and
+  // is answered as one that never left.)
   std::function<bool(const std::string& gid)> may_call;
 };
 

@@ -382,13 +382,23 @@ absl::Status Server::Impl::Start(const Config& config,
       return s;
     }
   }
+  // Cluster mode: past its lease's trust the node sends no participant call
+  // (DESIGN.md section 14). The one rule, asked by the driver as it builds
+  // a call and by the transports as a call leaves (after any wait in their
+  // queues).
+  runtime::SendGate send_gate;
+  if (node_ != nullptr) {
+    cluster::NodeMembership* node = node_.get();
+    send_gate = [node] { return node->Trusted(); };
+  }
   if (!http_endpoints.empty()) {
     auto http = rpc::HttpTransport::Create(
         std::move(http_endpoints),
         {.batch_max_calls =
              static_cast<int>(config.participant_calls.batch_max_calls),
          .batch_max_bytes =
-             static_cast<int64_t>(config.participant_calls.batch_max_bytes)});
+             static_cast<int64_t>(config.participant_calls.batch_max_bytes),
+         .may_send = send_gate});
     if (!http.ok()) return http.status();
     http_transport_ = std::move(*http);
   }
@@ -413,7 +423,8 @@ absl::Status Server::Impl::Start(const Config& config,
           .batch_max_bytes =
               static_cast<int64_t>(config.participant_calls.batch_max_bytes),
           .max_outstanding =
-              static_cast<int>(config.participant_calls.max_outstanding)});
+              static_cast<int>(config.participant_calls.max_outstanding),
+          .may_send = send_gate});
 
   if (!config.metrics_listen.empty()) {
     auto endpoint =
@@ -437,9 +448,8 @@ absl::Status Server::Impl::Start(const Config& config,
   // Nobody could approve a gated transaction without an admin credential.
   driver_options.approval_gate_enabled = admin_auth_->configured();
   if (node_ != nullptr) {
-    cluster::NodeMembership* node = node_.get();
-    driver_options.may_call = [node](const std::string&) {
-      return node->Trusted();
+    driver_options.may_call = [send_gate](const std::string&) {
+      return send_gate();
     };
     // The shard manager adopts shards one by one.
     driver_options.adopt_shards_at_start = false;
