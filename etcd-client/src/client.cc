@@ -185,6 +185,8 @@ void Client::LeaderLoop() {
 absl::StatusOr<size_t> Client::UseLeader(int64_t timeout_ms) {
   if (timeout_ms <= 0) timeout_ms = options_.call_timeout_ms;
   const gpr_timespec deadline = DeadlineIn(timeout_ms);
+  // A failover while the members are asked wins over their (older) answers.
+  size_t in_use = current_.load();
   struct Answer {
     uint64_t member_id = 0;
     uint64_t leader = 0;
@@ -244,7 +246,11 @@ absl::StatusOr<size_t> Client::UseLeader(int64_t timeout_ms) {
   if (newest != nullptr) {
     for (size_t i = 0; i < members_.size(); ++i) {
       if (answers[i].member_id != 0 && answers[i].member_id == newest->leader) {
-        current_.store(i);
+        if (!current_.compare_exchange_strong(in_use, i) && in_use != i) {
+          return absl::UnavailableError(
+              "etcd: the client moved to another member while it asked "
+              "which one leads");
+        }
         return i;
       }
     }

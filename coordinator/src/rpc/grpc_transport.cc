@@ -63,7 +63,10 @@ void GrpcTransport::Pump(const std::string& participant, int ended,
                          : options_.rpcs_in_flight;
     const int limit = batching ? rpcs : options_.max_outstanding;
     if (!gate_open && w.in_flight < limit) {
-      // Everything that would leave now: the window has room for it all.
+      // Calls would leave now, and may not: every waiting call is answered
+      // not sent, not only the next group's (with room in the window and
+      // nothing leaving, no call's end would pump the rest later). With no
+      // room they wait: the end of a call in flight pumps again.
       kept.assign(std::make_move_iterator(w.waiting.begin()),
                   std::make_move_iterator(w.waiting.end()));
       w.waiting.clear();

@@ -404,17 +404,10 @@ awaitable<void> HttpTransport::Impl::Serve(
     bool reusable = false;
     bool answered = false;
     const bool reused = connection->used;
-    // Cluster mode: the gate is asked as the request is to leave, after its
-    // wait for a connection (runtime::SendGate). Shut: not sent; an open
-    // connection stays open.
-    const bool gated = options_.may_send && !options_.may_send();
-    absl::StatusOr<Answer> answer;
-    if (gated) {
-      answer = runtime::NotSentError();
-      reusable = reused;
-    } else {
-      answer = co_await Exchange(pool, *connection, job, &reusable, &answered);
-    }
+    absl::StatusOr<Answer> answer =
+        co_await Exchange(pool, *connection, job, &reusable, &answered);
+    // Kept by the send gate (Exchange): nothing left, nothing to resend.
+    const bool gated = runtime::IsNotSent(answer.status());
     bool stopping;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -680,6 +673,13 @@ awaitable<absl::StatusOr<Answer>> HttpTransport::Impl::Exchange(
   if (!c.connected()) {
     ec = co_await Connect(pool, c, *deadline);
     if (ec) co_return ErrorOf(ec, *deadline, job, "connect");
+  }
+  // Cluster mode: the gate is asked as the request is about to be written,
+  // after its waits for a connection and for connecting
+  // (runtime::SendGate). Shut: not sent; the connection stays open.
+  if (options_.may_send && !options_.may_send()) {
+    *reusable = true;
+    co_return runtime::NotSentError();
   }
   http::request<http::string_body> request{
       http::verb::post, absl::StrCat(pool.endpoint.path_prefix, job.target),

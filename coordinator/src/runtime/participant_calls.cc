@@ -167,30 +167,35 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
         1, timeouts_.TimeoutMs(query.participant, CallKind::kQuery));
     const int64_t start = clock_.MonotonicMs();
     std::weak_ptr<Impl> weak = weak_from_this();
-    transport_.Query(query, timeout,
-                     [weak, gid = query.gid, participant = query.participant,
-                      fail, start, probe](absl::StatusOr<QueryAnswer> a) {
-                       auto self = weak.lock();
-                       if (!self) return;
-                       if (IsNotSent(a.status())) {
-                         // Never left (the transport's gate): not the
-                         // participant's failure; the lookup stays unknown.
-                         self->Abandon(participant, probe);
-                       } else {
-                         self->Answered(participant, CallKind::kQuery, start,
-                                        a.status());
-                       }
-                       core::QueryReplyEvent e = fail;
-                       if (a.ok()) {
-                         e.status = absl::OkStatus();
-                         e.barrier = a->state;
-                         e.branch_hash = a->branch_hash;
-                         e.authoritative = a->authoritative;
-                       } else {
-                         e.status = UntagRpc(a.status());
-                       }
-                       self->hooks_.deliver(gid, std::move(e));
-                     });
+    transport_.Query(
+        query, timeout,
+        [weak, gid = query.gid, participant = query.participant, fail, start,
+         probe, answered = std::make_shared<std::atomic<bool>>(false)](
+            absl::StatusOr<QueryAnswer> a) {
+          auto self = weak.lock();
+          if (!self) return;
+          if (IsNotSent(a.status())) {
+            // Never left (the transport's gate): not the
+            // participant's failure; the lookup stays unknown.
+            // A probe passes on once, whatever a simulated
+            // transport repeats.
+            if (!answered->exchange(true)) {
+              self->Abandon(participant, probe);
+            }
+          } else {
+            self->Answered(participant, CallKind::kQuery, start, a.status());
+          }
+          core::QueryReplyEvent e = fail;
+          if (a.ok()) {
+            e.status = absl::OkStatus();
+            e.barrier = a->state;
+            e.branch_hash = a->branch_hash;
+            e.authoritative = a->authoritative;
+          } else {
+            e.status = UntagRpc(a.status());
+          }
+          self->hooks_.deliver(gid, std::move(e));
+        });
   }
 
   BreakerState breaker_state(const std::string& p) const {

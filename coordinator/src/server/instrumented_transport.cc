@@ -52,6 +52,14 @@ void InstrumentedTransport::Call(const runtime::BranchCall& call,
                 gid, branch, phase, attempt, outcome,
                 answer->replayed ? " (replayed)" : "", elapsed);
           }
+        } else if (runtime::IsNotSent(answer.status())) {
+          // Kept by the transport's send gate (the lease's trust ended while
+          // it waited): it never left; one line a call would flood the log
+          // when a node with deep queues loses its lease.
+          metrics_.BranchCall(phase, "not_sent", false, seconds);
+          spdlog::debug("gid={} branch={} {} attempt {} not sent: {}", gid,
+                        branch, phase, attempt,
+                        std::string(answer.status().message()));
         } else {
           metrics_.BranchCall(phase, CodeLabel(answer.status().code()), false,
                               seconds);
@@ -80,6 +88,8 @@ void InstrumentedTransport::Query(const runtime::QueryCall& query,
           // alerts on the answers that are not.
           spdlog::debug("gid={} branch={} lookup: {}{}", gid, branch, state,
                         answer->authoritative ? "" : " (not authoritative)");
+        } else if (runtime::IsNotSent(answer.status())) {
+          metrics_.Lookup("not_sent");  // the transport's send gate kept it
         } else {
           metrics_.Lookup(CodeLabel(answer.status().code()));
           spdlog::info("gid={} branch={} lookup failed: {}", gid, branch,

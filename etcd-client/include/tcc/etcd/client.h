@@ -22,9 +22,9 @@
 // - The leader: with leader_check_ms > 0 and several endpoints, a thread of
 //   the client asks every member for its status that often and makes the
 //   leader's member the one in use (writes then reach the leader without a
-//   follower forwarding them, and the leader needs no ReadIndex round for a
-//   linearizable read). A failover moves on as above; the next check comes
-//   back to the leader.
+//   follower forwarding them and waiting to apply them itself). A failover
+//   moves on as above; the next check comes back to the leader, unless the
+//   client moved on while the check asked.
 // - Deadlines: every call has one (its own, or options.call_timeout_ms).
 // - TLS: the members' certificates are checked against tls.ca_file; with
 //   cert_file and key_file the client presents its own (mutual TLS).
