@@ -204,12 +204,20 @@ absl::StatusOr<size_t> Client::UseLeader(int64_t timeout_ms) {
   std::mutex mu;
   std::condition_variable cv;
   size_t pending = 0;
+  // With auth, the token as every call gets it (newer etcd checks it on
+  // Status too): authenticated first if there is none yet.
+  std::string token;
   for (size_t i = 0; i < members_.size(); ++i) {
     auto ask = std::make_unique<Ask>();
     ask->context.set_deadline(deadline);
     if (!options_.user.empty()) {
-      const std::string token = Token();
-      if (!token.empty()) ask->context.AddMetadata("token", token);
+      if (i == 0) {
+        if (absl::Status s = PrepareContext(ask->context, &token); !s.ok()) {
+          return s;
+        }
+      } else {
+        ask->context.AddMetadata("token", token);
+      }
     }
     asks.push_back(std::move(ask));
   }
@@ -236,7 +244,12 @@ absl::StatusOr<size_t> Client::UseLeader(int64_t timeout_ms) {
   std::vector<Answer> answers(members_.size());
   const Answer* newest = nullptr;
   for (size_t i = 0; i < members_.size(); ++i) {
-    if (!asks[i]->status.ok()) continue;
+    if (!asks[i]->status.ok()) {
+      if (IsInvalidToken(FromGrpc(asks[i]->status, members_[i].endpoint))) {
+        InvalidateToken(token);  // the next check authenticates again
+      }
+      continue;
+    }
     const etcdserverpb::StatusResponse& r = asks[i]->response;
     answers[i] = Answer{r.header().member_id(), r.leader(), r.raftterm()};
     if (r.leader() != 0 && (newest == nullptr || r.raftterm() > newest->term)) {

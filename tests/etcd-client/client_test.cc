@@ -403,10 +403,15 @@ TEST_CASE("mutual TLS and auth: a wrong certificate is refused, tokens renew") {
     pb::TxnRequest t;
     Put(t, key, "v");
     REQUIRE(c->Txn(t).ok());
+    // The leader check authenticates as every call does.
+    absl::StatusOr<size_t> leader = c->UseLeader(2000);
+    INFO(leader.status().ToString());
+    CHECK(leader.ok());
     // Simple tokens expire after 2 s: the client authenticates again.
     std::this_thread::sleep_for(std::chrono::milliseconds(3500));
     CHECK(Get(*c, key).value() == "v");
     CHECK(c->Txn(t).ok());
+    CHECK(c->UseLeader(2000).ok());
   }
   {
     ClientOptions o = (*cluster)->Client();
@@ -421,6 +426,7 @@ TEST_CASE("mutual TLS and auth: a wrong certificate is refused, tokens renew") {
     ClientOptions o = (*cluster)->Client();
     o.password = "wrong";
     std::unique_ptr<Client> c = Connect(o);
+    CHECK(absl::IsInvalidArgument(c->UseLeader(2000).status()));
     absl::StatusOr<std::string> got = Get(*c, key);
     CHECK(absl::IsInvalidArgument(got.status()));
     CHECK_THAT(std::string(got.status().message()),
