@@ -70,6 +70,13 @@ bool WatchStream::RunStream() {
   if (stream->Write(create)) {
     etcdserverpb::WatchResponse response;
     while (stream->Read(&response)) {
+      if (response.created() && spec_.start_revision == 0 &&
+          last_revision_.load() == 0) {
+        // A watch "from now": now is this revision. A stream made again
+        // after a failure starts after it, not at its own now (the changes
+        // made while no stream was open would be skipped).
+        last_revision_ = response.header().revision();
+      }
       if (response.compact_revision() != 0) {
         end = absl::OutOfRangeError(
             absl::StrCat("etcd watch of ", spec_.key, ": revisions up to ",

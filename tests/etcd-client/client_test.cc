@@ -207,48 +207,63 @@ pb::StatusResponse StatusOf(const std::string& endpoint) {
   return r;
 }
 
+// The leader every member names (endpoints.size() until they agree).
+size_t LeaderIndex(const std::vector<std::string>& endpoints) {
+  std::vector<pb::StatusResponse> all;
+  for (const std::string& e : endpoints) all.push_back(StatusOf(e));
+  size_t at = endpoints.size();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].leader() == 0 || all[i].leader() != all[0].leader() ||
+        all[i].raftterm() != all[0].raftterm()) {
+      return endpoints.size();
+    }
+    if (all[i].header().member_id() == all[i].leader()) at = i;
+  }
+  return at;
+}
+
+// Moves etcd's leadership from member `from` (the leader) to `to`.
+void MoveLeader(const std::vector<std::string>& endpoints, size_t from,
+                size_t to) {
+  auto channel =
+      grpc::CreateChannel(endpoints[from], grpc::InsecureChannelCredentials());
+  auto stub = pb::Maintenance::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  pb::MoveLeaderRequest move;
+  move.set_targetid(StatusOf(endpoints[to]).header().member_id());
+  pb::MoveLeaderResponse moved;
+  grpc::Status s = stub->MoveLeader(&context, move, &moved);
+  INFO(s.error_message());
+  REQUIRE(s.ok());
+  REQUIRE(Eventually([&] { return LeaderIndex(endpoints) == to; }, 5000));
+}
+
+// Waits for a leader all members agree on and, if it is member 0, moves it
+// to member 1. The leader's index (never 0).
+size_t LeaderOffFirst(const std::vector<std::string>& endpoints) {
+  size_t leader = endpoints.size();
+  REQUIRE(Eventually(
+      [&] { return (leader = LeaderIndex(endpoints)) < endpoints.size(); },
+      5000));
+  if (leader == 0) {
+    MoveLeader(endpoints, 0, 1);
+    leader = 1;
+  }
+  return leader;
+}
+
 TEST_CASE("the client finds etcd's leader and follows it when it moves") {
   absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
       EtcdCluster::Start({.members = 3});
   REQUIRE(cluster.ok());
   const std::vector<std::string>& endpoints = (*cluster)->endpoints();
-  // The leader every member names (endpoints.size() until they agree).
-  auto leader_index = [&]() -> size_t {
-    std::vector<pb::StatusResponse> all;
-    for (const std::string& e : endpoints) all.push_back(StatusOf(e));
-    size_t at = endpoints.size();
-    for (size_t i = 0; i < all.size(); ++i) {
-      if (all[i].leader() == 0 || all[i].leader() != all[0].leader() ||
-          all[i].raftterm() != all[0].raftterm()) {
-        return endpoints.size();
-      }
-      if (all[i].header().member_id() == all[i].leader()) at = i;
-    }
-    return at;
-  };
   auto move_leader = [&](size_t from, size_t to) {
-    auto channel = grpc::CreateChannel(endpoints[from],
-                                       grpc::InsecureChannelCredentials());
-    auto stub = pb::Maintenance::NewStub(channel);
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(10));
-    pb::MoveLeaderRequest move;
-    move.set_targetid(StatusOf(endpoints[to]).header().member_id());
-    pb::MoveLeaderResponse moved;
-    grpc::Status s = stub->MoveLeader(&context, move, &moved);
-    INFO(s.error_message());
-    REQUIRE(s.ok());
-    REQUIRE(Eventually([&] { return leader_index() == to; }, 5000));
+    MoveLeader(endpoints, from, to);
   };
-  size_t leader = endpoints.size();
-  REQUIRE(Eventually(
-      [&] { return (leader = leader_index()) < endpoints.size(); }, 5000));
   // Not the first member's: the client's default would find it anyway.
-  if (leader == 0) {
-    move_leader(0, 1);
-    leader = 1;
-  }
+  const size_t leader = LeaderOffFirst(endpoints);
 
   // Off (the default): the first member is used, whichever leads.
   std::unique_ptr<Client> plain = Connect((*cluster)->Client());
@@ -390,6 +405,54 @@ TEST_CASE("a watch delivers every change, across a member's death") {
   std::lock_guard<std::mutex> lock(mu);
   for (int i = 0; i < 10; ++i) CHECK(seen[i] == std::to_string(i));
   watch.Stop();
+}
+
+TEST_CASE(
+    "a watch from now that saw nothing yet misses nothing across a "
+    "failover") {
+  // The watch's member (the first, a follower) stops before any event came;
+  // a write commits through the leader meanwhile; then the member dies and
+  // the watch moves on. The stream made again must start after the first
+  // one's "now", not at its own (which is after the write).
+  absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+      EtcdCluster::Start({.members = 3});
+  REQUIRE(cluster.ok());
+  const std::vector<std::string>& endpoints = (*cluster)->endpoints();
+  const size_t leader = LeaderOffFirst(endpoints);
+  std::unique_ptr<Client> watching = Connect((*cluster)->Client());
+  REQUIRE(watching->CurrentTarget().member == 0);
+  ClientOptions on_leader = (*cluster)->Client();
+  on_leader.endpoints = {endpoints[leader]};
+  std::unique_ptr<Client> writer = Connect(on_leader);
+  const std::string p = UniqueKeyPrefix("watch-now");
+  std::mutex mu;
+  std::vector<std::string> seen;
+  WatchStream watch(
+      *watching, WatchSpec{p, p + "\xff", 0},
+      [&](const pb::WatchResponse& r) {
+        std::lock_guard<std::mutex> lock(mu);
+        for (const mvccpb::Event& e : r.events())
+          seen.push_back(e.kv().value());
+      },
+      nullptr);
+  // The stream is open (etcd answers "created" within milliseconds).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Paused, it holds the stream open and hears nothing; the write commits
+  // on the other two; then it dies and the stream is made again.
+  REQUIRE((*cluster)->PauseMember(1).ok());
+  pb::TxnRequest t;
+  Put(t, p + "k", "while-down");
+  REQUIRE(writer->Txn(t).ok());
+  REQUIRE((*cluster)->KillMember(1).ok());
+  CHECK(Eventually(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return seen.size() == 1;
+      },
+      10000));
+  std::lock_guard<std::mutex> lock(mu);
+  REQUIRE(seen.size() == 1);
+  CHECK(seen[0] == "while-down");
 }
 
 TEST_CASE("mutual TLS and auth: a wrong certificate is refused, tokens renew") {

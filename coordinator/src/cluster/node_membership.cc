@@ -1,5 +1,6 @@
 #include "cluster/node_membership.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -39,8 +40,11 @@ etcd::LeaseKeeper::LostFn NodeMembership::LostFor(uint64_t generation) {
   return [this, generation](const absl::Status& why) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (stop_ || generation != generation_) return;
-      lost_generation_ = generation;
+      // A registration being installed (its keeper may hear of the loss
+      // before Join or the rejoin loop makes it the one in use) counts too:
+      // dropped, its node would keep a dead lease and never join again.
+      if (stop_ || generation < generation_) return;
+      lost_generation_ = std::max(lost_generation_, generation);
     }
     losses_.fetch_add(1);
     if (hooks_.lost) hooks_.lost(why);
@@ -51,7 +55,7 @@ etcd::LeaseKeeper::LostFn NodeMembership::LostFor(uint64_t generation) {
 void NodeMembership::RejoinLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [this] { return stop_ || lost_generation_ == generation_; });
+    cv_.wait(lock, [this] { return stop_ || lost_generation_ >= generation_; });
     if (stop_) return;
     const uint64_t next = generation_ + 1;
     lock.unlock();
@@ -73,9 +77,12 @@ void NodeMembership::RejoinLoop() {
     current_ = reg->get();
     const int64_t lease = (*reg)->lease_id();
     all_.push_back(*std::move(reg));
+    // Lost already (heard before it was installed): joined again at once,
+    // its lease never handed to the log.
+    const bool lost_already = lost_generation_ >= next;
     lock.unlock();
     old->keeper().Stop();  // not under mu_: its thread may be in LostFor
-    if (hooks_.rejoined) hooks_.rejoined(lease);
+    if (hooks_.rejoined && !lost_already) hooks_.rejoined(lease);
     lock.lock();
   }
 }

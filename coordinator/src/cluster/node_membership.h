@@ -60,8 +60,9 @@ class NodeMembership {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  uint64_t generation_ = 0;       // of the registration in use
-  uint64_t lost_generation_ = 0;  // the newest one lost (0: none)
+  uint64_t generation_ = 0;  // of the registration in use
+  // The newest one lost (0: none); may be one being installed.
+  uint64_t lost_generation_ = 0;
   std::thread rejoiner_;
 };
 

@@ -63,6 +63,11 @@ class Server::Impl {
   std::unique_ptr<wal::Log> log_;
   wal::RocksDbLog* rocksdb_log_ = nullptr;
   wal::EtcdLog* etcd_log_ = nullptr;
+  // The etcd log as the membership hooks see it (they run on the lease
+  // keeper's and the rejoin thread): set once it is open, cleared before it
+  // closes, used under the lock.
+  std::mutex hook_log_mu_;
+  wal::EtcdLog* hook_log_ = nullptr;
   // The driver while it runs, for the cluster's lost-shard notices (they
   // come from the log's and the lease's threads).
   std::atomic<runtime::Driver*> live_driver_{nullptr};
@@ -714,8 +719,9 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config) {
   hooks.lost = [this](const absl::Status& why) {
     spdlog::error("cluster: {}; every shard is lost, joining again",
                   why.ToString());
-    if (etcd_log_ == nullptr) return;
-    for (uint32_t k = 0; k < etcd_log_->shard_count(); ++k) {
+    std::lock_guard<std::mutex> lock(hook_log_mu_);
+    if (hook_log_ == nullptr) return;
+    for (uint32_t k = 0; k < hook_log_->shard_count(); ++k) {
       if (runtime::Driver* d = live_driver_.load(); d && d->OwnsShard(k)) {
         metrics_->ShardChange("lost");
       }
@@ -725,7 +731,10 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config) {
   hooks.rejoined = [this](int64_t lease) {
     spdlog::info("cluster: node {} joined again (lease {})",
                  config_.cluster.node_id, lease);
-    if (etcd_log_ != nullptr) etcd_log_->SetLease(lease);
+    {
+      std::lock_guard<std::mutex> lock(hook_log_mu_);
+      if (hook_log_ != nullptr) hook_log_->SetLease(lease);
+    }
     if (shard_manager_ != nullptr) shard_manager_->Poke();
   };
   absl::StatusOr<std::unique_ptr<cluster::NodeMembership>> joined =
@@ -754,6 +763,13 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config) {
   absl::StatusOr<std::unique_ptr<wal::EtcdLog>> log = wal::EtcdLog::Open(lo);
   if (!log.ok()) return log.status();
   etcd_log_ = log->get();
+  {
+    // The lease as of now: one lost and joined again while the log opened
+    // (an etcd outage longer than the TTL) was not the log's to hear of.
+    std::lock_guard<std::mutex> lock(hook_log_mu_);
+    hook_log_ = etcd_log_;
+    hook_log_->SetLease(node_->lease_id());
+  }
   etcd_log_->SetShardLostHandler(
       [this](uint32_t shard, const absl::Status& why) {
         spdlog::error("cluster: shard {} lost: {}", shard, why.ToString());
@@ -966,6 +982,10 @@ absl::Status Server::Impl::Stop() {
   stopped_failure_ = Failure();
   live_driver_ = nullptr;
   driver_.reset();
+  {
+    std::lock_guard<std::mutex> lock(hook_log_mu_);
+    hook_log_ = nullptr;  // the membership hooks leave it alone from now
+  }
   log_.reset();  // completes every queued append, then closes
   rocksdb_log_ = nullptr;
   etcd_log_ = nullptr;
