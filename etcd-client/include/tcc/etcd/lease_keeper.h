@@ -12,7 +12,9 @@
 // again on the next member.
 //
 // Thread-safety: every method may be called from any thread; `lost` runs on
-// the keeper's own thread and must not call Stop() or the destructor.
+// the thread reading the keep-alive stream's answers and must not call
+// Stop(), Revoke() or the destructor (they wait for that thread: a
+// deadlock, not an error).
 #pragma once
 
 #include <condition_variable>
