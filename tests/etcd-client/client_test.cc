@@ -336,6 +336,36 @@ TEST_CASE("keep-alive answers delayed past the margin end the lease's trust") {
   (*keeper)->Stop();
 }
 
+TEST_CASE("a keep-alive's answer vouches from its send, never its receipt") {
+  // A clock of the test's: the keep-alive leaves at t=0, its answer is held
+  // 400 ms (real) by the proxy while the clock moves to t=2000. The answer
+  // says TTL 6 s: trust until 0 + 6000 - 1000 = 5000, not 2000 + 5000.
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  ClientOptions o;
+  o.endpoints = {proxy.endpoint()};
+  std::unique_ptr<Client> c = Connect(o);
+  ManualBootClock clock(0);
+  proxy.SetKeepAliveDelayMs(400);
+  absl::StatusOr<std::unique_ptr<LeaseKeeper>> keeper = LeaseKeeper::Grant(
+      *c,
+      LeaseKeeperOptions{
+          .ttl_ms = 6000, .margin_ms = 1000, .interval_ms = 3000},
+      clock, nullptr);
+  REQUIRE(keeper.ok());
+  // From the grant's send, as well.
+  CHECK((*keeper)->trusted_until_ms() == 5000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE((*keeper)->answered() == 0);  // the first keep-alive is held
+  clock.Advance(2000);
+  REQUIRE(Eventually([&] { return (*keeper)->answered() >= 1; }, 2000));
+  CHECK((*keeper)->trusted_until_ms() == 5000);
+  clock.Advance(2999);  // t = 4999
+  CHECK((*keeper)->Trusted());
+  clock.Advance(2);  // t = 5001
+  CHECK_FALSE((*keeper)->Trusted());
+  (*keeper)->Stop();
+}
+
 TEST_CASE("a lease that expired is reported lost once") {
   std::unique_ptr<Client> c = Shared();
   std::atomic<int> lost{0};
