@@ -187,11 +187,6 @@ absl::StatusOr<size_t> Client::UseLeader(int64_t timeout_ms) {
   const gpr_timespec deadline = DeadlineIn(timeout_ms);
   // A failover while the members are asked wins over their (older) answers.
   size_t in_use = current_.load();
-  struct Answer {
-    uint64_t member_id = 0;
-    uint64_t leader = 0;
-    uint64_t term = 0;
-  };
   // Asked at once, each on its own thread of gRPC's: a member that hangs
   // costs the period, not the period times the members.
   struct Ask {
@@ -241,8 +236,8 @@ absl::StatusOr<size_t> Client::UseLeader(int64_t timeout_ms) {
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return pending == 0; });  // each has the deadline
   }
-  std::vector<Answer> answers(members_.size());
-  const Answer* newest = nullptr;
+  // The leader as the answer with the highest raft term names it.
+  const etcdserverpb::StatusResponse* newest = nullptr;
   for (size_t i = 0; i < members_.size(); ++i) {
     if (!asks[i]->status.ok()) {
       if (IsInvalidToken(FromGrpc(asks[i]->status, members_[i].endpoint))) {
@@ -251,14 +246,15 @@ absl::StatusOr<size_t> Client::UseLeader(int64_t timeout_ms) {
       continue;
     }
     const etcdserverpb::StatusResponse& r = asks[i]->response;
-    answers[i] = Answer{r.header().member_id(), r.leader(), r.raftterm()};
-    if (r.leader() != 0 && (newest == nullptr || r.raftterm() > newest->term)) {
-      newest = &answers[i];
+    if (r.leader() != 0 &&
+        (newest == nullptr || r.raftterm() > newest->raftterm())) {
+      newest = &r;
     }
   }
   if (newest != nullptr) {
     for (size_t i = 0; i < members_.size(); ++i) {
-      if (answers[i].member_id != 0 && answers[i].member_id == newest->leader) {
+      if (asks[i]->status.ok() &&
+          asks[i]->response.header().member_id() == newest->leader()) {
         if (!current_.compare_exchange_strong(in_use, i) && in_use != i) {
           return absl::UnavailableError(
               "etcd: the client moved to another member while it asked "

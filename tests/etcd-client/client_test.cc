@@ -382,26 +382,39 @@ TEST_CASE("a lease that expired is reported lost once") {
   CHECK(lost.load() == 1);
 }
 
+// The values a WatchStream delivers, in order (its events come on its own
+// thread).
+class WatchedValues {
+ public:
+  WatchStream::EventsFn Sink() {
+    return [this](const pb::WatchResponse& r) {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const mvccpb::Event& e : r.events()) seen_.push_back(e.kv().value());
+    };
+  }
+  std::vector<std::string> values() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+  size_t count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> seen_;
+};
+
 TEST_CASE("a watch delivers every change, across a member's death") {
   absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
       EtcdCluster::Start({.members = 3});
   REQUIRE(cluster.ok());
   std::unique_ptr<Client> c = Connect((*cluster)->Client());
   const std::string p = UniqueKeyPrefix("watch");
-  std::mutex mu;
-  std::vector<std::string> seen;
-  WatchStream watch(
-      *c, WatchSpec{p, p + "\xff", 0},
-      [&](const pb::WatchResponse& r) {
-        std::lock_guard<std::mutex> lock(mu);
-        for (const mvccpb::Event& e : r.events())
-          seen.push_back(e.kv().value());
-      },
-      nullptr);
-  auto count = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return seen.size();
-  };
+  WatchedValues watched;
+  WatchStream watch(*c, WatchSpec{p, p + "\xff", 0}, watched.Sink(), nullptr);
+  auto count = [&] { return watched.count(); };
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   for (int i = 0; i < 5; ++i) {
     pb::TxnRequest t;
@@ -432,7 +445,7 @@ TEST_CASE("a watch delivers every change, across a member's death") {
     REQUIRE(r.ok());
   }
   REQUIRE(Eventually([&] { return count() == 10; }, 10000));
-  std::lock_guard<std::mutex> lock(mu);
+  const std::vector<std::string> seen = watched.values();
   for (int i = 0; i < 10; ++i) CHECK(seen[i] == std::to_string(i));
   watch.Stop();
 }
@@ -455,16 +468,9 @@ TEST_CASE(
   on_leader.endpoints = {endpoints[leader]};
   std::unique_ptr<Client> writer = Connect(on_leader);
   const std::string p = UniqueKeyPrefix("watch-now");
-  std::mutex mu;
-  std::vector<std::string> seen;
-  WatchStream watch(
-      *watching, WatchSpec{p, p + "\xff", 0},
-      [&](const pb::WatchResponse& r) {
-        std::lock_guard<std::mutex> lock(mu);
-        for (const mvccpb::Event& e : r.events())
-          seen.push_back(e.kv().value());
-      },
-      nullptr);
+  WatchedValues watched;
+  WatchStream watch(*watching, WatchSpec{p, p + "\xff", 0}, watched.Sink(),
+                    nullptr);
   // The stream is open (etcd answers "created" within milliseconds).
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   // Paused, it holds the stream open and hears nothing; the write commits
@@ -474,13 +480,8 @@ TEST_CASE(
   Put(t, p + "k", "while-down");
   REQUIRE(writer->Txn(t).ok());
   REQUIRE((*cluster)->KillMember(1).ok());
-  CHECK(Eventually(
-      [&] {
-        std::lock_guard<std::mutex> lock(mu);
-        return seen.size() == 1;
-      },
-      10000));
-  std::lock_guard<std::mutex> lock(mu);
+  CHECK(Eventually([&] { return watched.count() == 1; }, 10000));
+  const std::vector<std::string> seen = watched.values();
   REQUIRE(seen.size() == 1);
   CHECK(seen[0] == "while-down");
 }

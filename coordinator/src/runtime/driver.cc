@@ -1215,9 +1215,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       // node may own the shard by now): not sent (driver.h says what
       // follows).
       if (options_.may_call && !options_.may_call(gid)) {
-        return absl::UnavailableError(
-            "this node cannot trust its cluster lease now: the call was not "
-            "sent");
+        return absl::UnavailableError(kNotSentMessage);
       }
       if (o.payloads_in_wal) {
         if (absl::Status st = RestorePayloads(gid, o); !st.ok()) {

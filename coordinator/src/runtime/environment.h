@@ -123,9 +123,11 @@ using SendGate = std::function<bool()>;
 // at the participant, unlike after any other transport error (whose outcome
 // is unknown). The mark is a payload (kNotSentPayload), stripped with
 // UntagRpc.
+// Also the text of a call the driver does not build for that reason.
+inline constexpr char kNotSentMessage[] =
+    "this node cannot trust its cluster lease now: the call was not sent";
 inline absl::Status NotSentError() {
-  absl::Status s = absl::UnavailableError(
-      "this node cannot trust its cluster lease now: the call was not sent");
+  absl::Status s = absl::UnavailableError(kNotSentMessage);
   s.SetPayload(kNotSentPayload, absl::Cord("1"));
   return s;
 }
