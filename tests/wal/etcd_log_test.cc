@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "etcd/etcd_codec.h"
 #include "etcd/etcd_keys.h"
 #include "etcd/group_txn.h"
@@ -704,6 +705,69 @@ TEST_CASE("what is held is forgotten when the shard's ownership changes") {
   absl::StatusOr<TxnLog> t = h.log().Read("g1");
   REQUIRE(t.ok());
   CHECK(std::holds_alternative<Decided>(t->records[1]));
+}
+
+TEST_CASE(
+    "List reads compact entries only for a query that can match a finished "
+    "one, and refuses one past list_max_finished") {
+  EtcdHarnessOptions options;
+  options.shards = 4;
+  EtcdHarness h(RetentionPolicy{}, options);
+  h.log_options().list_max_finished = 3;
+  h.Reopen();
+  for (int i = 0; i < 3; ++i) {
+    const std::string gid = "f" + std::to_string(i);
+    REQUIRE(Register(h.log(), gid, 100 + i).ok());
+    REQUIRE(AppendAndWait(h.log(), Req(gid, {MakeDecided(Decision::kConfirm)}))
+                .ok());
+    REQUIRE(
+        AppendAndWait(h.log(), Req(gid, {MakeFinished(TxnState::kConfirmed, 9)},
+                                   Durability::kBuffered))
+            .ok());
+  }
+  REQUIRE(Register(h.log(), "open", 200).ok());
+  ListQuery any;
+  absl::StatusOr<ListPage> all = h.log().List(any);
+  REQUIRE(all.ok());
+  REQUIRE(all->items.size() == 4);
+  CHECK(all->items[0].gid == "f0");
+  CHECK_FALSE(all->items[0].compacted);  // the archive has it
+  CHECK(all->items[3].gid == "open");
+
+  // A compact entry no List can decode: one that reads compact entries
+  // fails on it; one of unfinished states reads none.
+  const internal::etcd_keys::Layout keys(h.prefix());
+  pb::TxnRequest put;
+  pb::PutRequest* p = put.add_success()->mutable_request_put();
+  p->set_key(keys.Done(ShardOfGid("broken", 4), "broken"));
+  p->set_value("not a compact entry");
+  REQUIRE(h.client().Txn(put).ok());
+  ListQuery unfinished;
+  unfinished.states = {TxnState::kOpen, TxnState::kTrying,
+                       TxnState::kConfirming, TxnState::kCancelling};
+  absl::StatusOr<ListPage> open = h.log().List(unfinished);
+  INFO(open.status().ToString());
+  REQUIRE(open.ok());
+  REQUIRE(open->items.size() == 1);
+  CHECK(open->items[0].gid == "open");
+
+  // Four compact entries now, past the limit of 3: refused, whatever the
+  // query's other filters, before any is read.
+  for (std::vector<TxnState> states :
+       {std::vector<TxnState>{}, std::vector<TxnState>{TxnState::kConfirmed},
+        std::vector<TxnState>{TxnState::kOpen, TxnState::kCancelled}}) {
+    ListQuery q;
+    q.states = states;
+    absl::Status s = h.log().List(q).status();
+    INFO(s.ToString());
+    CHECK(absl::IsResourceExhausted(s));
+    CHECK(absl::StrContains(s.message(), "4 finished transactions"));
+  }
+  // Within the limit, the broken one is read, and is DATA_LOSS.
+  h.log_options().list_max_finished = 4;
+  h.Reopen();
+  CHECK(absl::IsDataLoss(h.log().List(any).status()));
+  CHECK(h.log().List(unfinished).ok());
 }
 
 TEST_CASE("a finishing append takes the held ones to the archive") {

@@ -736,6 +736,26 @@ absl::StatusOr<ListPage> EtcdLog::Impl::List(const ListQuery& query) {
   absl::StatusOr<std::optional<internal::ListPosition>> pos =
       internal::DecodePageToken(query.page_token);
   if (!pos.ok()) return pos.status();
+  // Compact entries are all final: only a query that can match a final
+  // state reads them, and only while there are few enough (etcd_log.h).
+  bool finished_too = query.states.empty();
+  for (TxnState st : query.states) finished_too = finished_too || IsFinal(st);
+  if (finished_too) {
+    pb::RangeRequest count;
+    count.set_key(keys_.AllDone());
+    count.set_range_end(PrefixEnd(keys_.AllDone()));
+    count.set_count_only(true);
+    absl::StatusOr<pb::RangeResponse> n = ReadRange(count);
+    if (!n.ok()) return n.status();
+    if (static_cast<uint64_t>(n->count()) > options_.list_max_finished) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "etcd holds ", n->count(),
+          " finished transactions (the deduplication window's), more than a "
+          "List reads (",
+          options_.list_max_finished,
+          "): list unfinished states only, or read a transaction by gid"));
+    }
+  }
   std::map<std::pair<int64_t, std::string>, TxnSummary> all;
   absl::Status s = RangeAll(
       read_range_, keys_.AllHeads(), PrefixEnd(keys_.AllHeads()), 0,
@@ -748,18 +768,21 @@ absl::StatusOr<ListPage> EtcdLog::Impl::List(const ListQuery& query) {
         return absl::OkStatus();
       });
   if (!s.ok()) return s;
-  s = RangeAll(read_range_, keys_.AllDone(), PrefixEnd(keys_.AllDone()), 0,
-               [&](const mvccpb::KeyValue& kv) -> absl::Status {
-                 absl::StatusOr<CompactEntry> e =
-                     internal::DecodeCompact(kv.value(), kv.key());
-                 if (!e.ok()) return e.status();
-                 e->summary.compacted = !archive_->Get(e->summary.gid).ok();
-                 auto key = std::make_pair(e->summary.registered_at_ms,
-                                           e->summary.gid);
-                 all[key] = std::move(e->summary);
-                 return absl::OkStatus();
-               });
-  if (!s.ok()) return s;
+  std::set<std::string> finished;  // gids from compact entries
+  if (finished_too) {
+    s = RangeAll(read_range_, keys_.AllDone(), PrefixEnd(keys_.AllDone()), 0,
+                 [&](const mvccpb::KeyValue& kv) -> absl::Status {
+                   absl::StatusOr<CompactEntry> e =
+                       internal::DecodeCompact(kv.value(), kv.key());
+                   if (!e.ok()) return e.status();
+                   auto key = std::make_pair(e->summary.registered_at_ms,
+                                             e->summary.gid);
+                   finished.insert(e->summary.gid);
+                   all[key] = std::move(e->summary);
+                   return absl::OkStatus();
+                 });
+    if (!s.ok()) return s;
+  }
   auto it = all.begin();
   if (pos->has_value()) {
     it = all.upper_bound({(*pos)->registered_at_ms, (*pos)->gid});
@@ -786,6 +809,13 @@ absl::StatusOr<ListPage> EtcdLog::Impl::List(const ListQuery& query) {
       break;
     }
     page.items.push_back(summary);
+  }
+  // Compacted: the archive no longer has the full record (looked up for
+  // the page's items only).
+  for (TxnSummary& summary : page.items) {
+    if (finished.count(summary.gid) > 0) {
+      summary.compacted = !archive_->Get(summary.gid).ok();
+    }
   }
   return page;
 }
@@ -2023,10 +2053,17 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
               });
     std::vector<const Entry*> forget;
     for (const Entry& e : entries) {
+      // Whether the archive still has the full record matters only for a
+      // compaction that is due: looked up then alone (not for each of the
+      // window's entries every run).
       TxnSummary summary = e.summary;
-      absl::StatusOr<TxnLog> full = archive_->Get(e.gid);
-      summary.compacted = !full.ok();
-      switch (internal::DueStep(summary, policy, now_ms)) {
+      summary.compacted = false;
+      internal::RetentionStep step = internal::DueStep(summary, policy, now_ms);
+      if (step == internal::RetentionStep::kCompact &&
+          !archive_->Get(e.gid).ok()) {
+        step = internal::RetentionStep::kKeep;  // compacted already
+      }
+      switch (step) {
         case internal::RetentionStep::kForget:
           forget.push_back(&e);
           bytes -= e.bytes;

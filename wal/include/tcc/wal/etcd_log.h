@@ -102,9 +102,16 @@
 // younger than options.min_dedup_window_ms: then registrations are refused
 // (RESOURCE_EXHAUSTED) until they may go.
 //
-// Limits: List and ScanUnfinished read the shard's (List: every shard's)
-// heads and compact entries whole, then sort them (a registration-time index
-// in etcd is for a later part); Read takes one linearizable read Txn.
+// Limits: ScanUnfinished reads the shard's heads whole. List has no
+// registration-time index in etcd (a later part): it reads every shard's
+// heads (the unfinished transactions) and sorts them; a query that can match
+// a finished transaction (no states, or a final one among them) also reads
+// every compact entry, which the deduplication window keeps (at 1,000
+// transactions a second and a 1 h window: 3.6 million), so it is refused,
+// RESOURCE_EXHAUSTED, while etcd holds more than options.list_max_finished
+// of them (counted first, keys only). A query of unfinished states (tccd's
+// Status, the console's overview) never reads them. Read takes one
+// linearizable read Txn.
 //
 // Thread-safety: every method may be called from any thread. Completion
 // callbacks run on the committer thread and must not block for long, nor
@@ -157,6 +164,9 @@ struct EtcdLogOptions {
   // owner key to go (the owner's lease to expire) before it answers
   // UNAVAILABLE. 0: answers at once.
   int64_t campaign_wait_ms = 0;
+  // The most compact entries a List that can match finished transactions
+  // reads (see "Limits" above).
+  size_t list_max_finished = 100000;
 };
 
 // What InitCluster wrote, and what Open checks.
