@@ -56,6 +56,19 @@
 #                      round is in the table: on a machine whose speed
 #                      drifts, two runs half a minute apart compare better
 #                      than two runs a minute and more apart
+#   --etcd-soak S      instead of the set above: the headline case (C=64,
+#                      2 branches, 100 B) with tccd on a 3-member loopback
+#                      etcd for S seconds (scripts/etcd.sh's flags: its
+#                      auto-compaction and 2 GiB quota), sampling every 15 s
+#                      the transactions finished (confirmed or cancelled), each member's database
+#                      size and size in use, its keys and its NOSPACE alarm;
+#                      shows whether etcd's space stays bounded and the rate
+#                      steady under full load. The last line is
+#                      tcc-bench-soak: seconds=N tps=N tps_first_min=N
+#                        tps_last_min=N db_mb_max=N db_in_use_mb_last=N
+#                        kb_per_tx=N nospace=0|1 errors=N
+#                      (kb_per_tx: the database's growth per transaction
+#                      over the first minute, before any compaction)
 #   --python-http-batch on|off
 #                      on (default): tccd sends the Python banks over HTTP
 #                      batches (participants.NAME.batch: true, POST /batch,
@@ -114,6 +127,7 @@ python_store=sqlite
 etcd_mode=0
 etcd_members=3
 etcd_rounds=1
+soak_s=0
 payload_rounds=0
 python_http_batch=on
 cluster_mode=0
@@ -137,6 +151,7 @@ while [[ $# -gt 0 ]]; do
     --cluster) cluster_mode=1 ;;
     --etcd-members) etcd_members=$2; shift ;;
     --etcd-rounds) etcd_rounds=$2; shift ;;
+    --etcd-soak) soak_s=$2; shift ;;
     --payload-rounds) payload_rounds=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
@@ -874,6 +889,83 @@ if [[ $python_banks == 1 ]]; then
        "http_p50_ms=$(median "${http_p50[@]}") http_p99_ms=$(median "${http_p99[@]}")" \
        "grpc_p50_ms=$(median "${grpc_p50[@]}") grpc_p99_ms=$(median "${grpc_p99[@]}")" \
        "cpp_tps=$cpp_tps store=$python_store http_batch=$python_http_batch errors=$total_errors"
+  exit 0
+fi
+
+if [[ $soak_s -gt 0 ]]; then
+  # One etcd stack under the headline load for soak_s seconds, sampled.
+  start_etcd 3
+  start_tccd_stack etcd || { echo "bench.sh: tccd or tcc-bank is missing" >&2; exit 1; }
+  samples=$run_dir/soak-samples.txt
+  : >"$samples"
+  # sample: "SECONDS FINISHED DB_MAX IN_USE_MAX KEYS NOSPACE" (the largest
+  # over the members).
+  sample() {
+    local t=$1 ep m db=0 use=0 keys=0 nospace=0
+    for ep in ${etcd_endpoints//,/ }; do
+      m=$(curl -s --max-time 5 "http://$ep/metrics" 2>/dev/null || true)
+      read -r d u k <<<"$(awk '$1 == "etcd_mvcc_db_total_size_in_bytes" { d = $2 }
+        $1 == "etcd_mvcc_db_total_size_in_use_in_bytes" { u = $2 }
+        $1 == "etcd_debugging_mvcc_keys_total" { k = $2 }
+        END { printf "%.0f %.0f %.0f\n", d, u, k }' <<<"$m")"
+      ((d > db)) && db=$d
+      ((u > use)) && use=$u
+      ((k > keys)) && keys=$k
+    done
+    if ETCDCTL_API=3 /usr/bin/etcdctl --endpoints "$etcd_endpoints" \
+        --command-timeout 5s alarm list 2>/dev/null | grep -q NOSPACE; then
+      nospace=1
+    fi
+    local done_tx
+    done_tx=$(($(metric_sum 'tccd_transactions_total{event="confirmed"}' "$tccd_metrics") +
+               $(metric_sum 'tccd_transactions_total{event="cancelled"}' "$tccd_metrics")))
+    echo "$t $done_tx $db $use $keys $nospace" >>"$samples"
+  }
+  (
+    start=$SECONDS
+    while true; do
+      sample $((SECONDS - start))
+      sleep 15
+    done
+  ) &
+  sampler=$!
+  duration_s=$soak_s warmup_s=0
+  run_bench "tccd on etcd (3 members): C=64, 2 branches, 100 B, for $soak_s s" \
+    "$tccd_target" "$tccd_pids,$etcd_pids" "$tccd_roles,etcd-1,etcd-2,etcd-3" \
+    --concurrency 64 --branches 2 --payload-bytes 100
+  kill "$sampler" 2>/dev/null || true
+  wait "$sampler" 2>/dev/null || true
+  sample "$soak_s"
+  cleanup
+  read -r tps_first tps_last db_max use_last kb_per_tx nospace <<<"$(awk '
+    { t[NR] = $1; f[NR] = $2; d[NR] = $3; u[NR] = $4; n[NR] = $6 }
+    END {
+      # the first and the last minute (the samples nearest 60 s apart)
+      a = 1; for (i = 1; i <= NR; i++) if (t[i] <= 60) a = i
+      b = NR; for (i = NR; i >= 1; i--) if (t[NR] - t[i] <= 60) b = i
+      first = (t[a] > t[1]) ? (f[a] - f[1]) / (t[a] - t[1]) : 0
+      last = (t[NR] > t[b]) ? (f[NR] - f[b]) / (t[NR] - t[b]) : 0
+      dm = 0; ns = 0
+      for (i = 1; i <= NR; i++) { if (d[i] > dm) dm = d[i]; if (n[i]) ns = 1 }
+      kb = (f[a] > f[1]) ? (d[a] - d[1]) / (f[a] - f[1]) / 1024 : 0
+      printf "%.1f %.1f %.0f %.0f %.2f %d\n", first, last, dm / 1048576,
+        u[NR] / 1048576, kb, ns
+    }' "$samples")"
+  mkdir -p "$(dirname "$out")"
+  {
+    table_lines
+    echo
+    echo "Samples (seconds, transactions finished, the largest member's database MB and MB in use, keys, NOSPACE alarm):"
+    echo
+    awk '{ printf "- %d s: %d finished, db %.0f MB (in use %.0f MB), %d keys%s\n",
+      $1, $2, $3 / 1048576, $4 / 1048576, $5, $6 ? ", NOSPACE" : "" }' "$samples"
+    echo
+    machine_line
+    echo "Run: ${soak_s} s, no warm-up, loopback; tccd with $tccd_config (fsync on; its cluster section replaced: one node, 64 shards), banks on the RocksDB barrier (synced), etcd $(/usr/bin/etcd --version 2>/dev/null | sed -n 's/^etcd Version: //p') with 3 members on this machine (scripts/etcd.sh's flags: $(grep -o -- '--auto-compaction-retention [^ ]*' "$(sed -n 's/^export TCC_ETCD_DIR=//p' "$etcd_env")/m1.cmd" 2>/dev/null || echo '?'))."
+  } | tee "$out"
+  echo "tcc-bench-soak: seconds=$soak_s tps=$r_tps tps_first_min=$tps_first" \
+       "tps_last_min=$tps_last db_mb_max=$db_max db_in_use_mb_last=$use_last" \
+       "kb_per_tx=$kb_per_tx nospace=$nospace errors=$total_errors"
   exit 0
 fi
 
