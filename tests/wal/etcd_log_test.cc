@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "etcd/archive.h"
 #include "etcd/etcd_codec.h"
 #include "etcd/etcd_keys.h"
 #include "etcd/group_txn.h"
@@ -19,9 +20,11 @@
 #include "etcd_test_env.h"
 #include "log_factories.h"
 #include "log_test_util.h"
+#include "rocksdb/db.h"
 #include "tcc/failpoint/failpoint.h"
 #include "tcc/wal/etcd_membership.h"
 #include "tcc/wal/etcd_node.h"
+#include "temp_dir.h"
 
 namespace tcc::wal::testing {
 namespace {
@@ -768,6 +771,109 @@ TEST_CASE(
   h.Reopen();
   CHECK(absl::IsDataLoss(h.log().List(any).status()));
   CHECK(h.log().List(unfinished).ok());
+}
+
+TEST_CASE(
+    "retention erases the archive's full records when they are due, also "
+    "those of a shard the node no longer owns") {
+  RetentionPolicy policy;
+  policy.full_record_ms = 1000;
+  policy.compact_entry_ms = 2000;
+  EtcdHarnessOptions options;
+  options.shards = 2;
+  EtcdHarness h(policy, options);
+  const std::string lost = GidOfShard(0, 2, "lost");
+  const std::string kept = GidOfShard(1, 2, "kept");
+  for (const std::string& gid : {lost, kept}) {
+    REQUIRE(Register(h.log(), gid).ok());
+    REQUIRE(AppendAndWait(h.log(), Req(gid, {MakeDecided(Decision::kConfirm)}))
+                .ok());
+    REQUIRE(AppendAndWait(h.log(),
+                          Req(gid, {MakeFinished(TxnState::kConfirmed, 9)}))
+                .ok());
+  }
+  auto compacted = [&](const std::string& gid) {
+    absl::StatusOr<TxnLog> t = h.log().Read(gid);
+    INFO(t.status().ToString());
+    REQUIRE(t.ok());
+    return t->summary.compacted;
+  };
+  CHECK_FALSE(compacted(lost));
+  CHECK_FALSE(compacted(kept));
+  // Shard 0 goes to another node, and this log hears of it (its fence is
+  // refused); the compact entry stays, for the new owner's retention.
+  StealShard(h, 0);
+  CHECK(absl::IsUnavailable(Register(h.log(), GidOfShard(0, 2, "after"))));
+  REQUIRE_FALSE(h.etcd_log().Owns(0));
+  REQUIRE(h.etcd_log().RunRetention(9 + 999).ok());  // not yet due
+  CHECK_FALSE(compacted(lost));
+  CHECK_FALSE(compacted(kept));
+  // Due: both full records go, the lost shard's too (nothing else would
+  // ever erase it from this node's archive).
+  REQUIRE(h.etcd_log().RunRetention(9 + 1000).ok());
+  CHECK(compacted(kept));
+  CHECK(compacted(lost));
+}
+
+TEST_CASE(
+    "the archive erases by finish time: not a gid finished anew, and an "
+    "archive of the earlier version is indexed when opened") {
+  TempDir dir;
+  const std::string path = (dir.path() / "archive").string();
+  auto finished = [](const std::string& gid, int64_t at_ms) {
+    TxnLog t;
+    t.summary.gid = gid;
+    t.summary.state = TxnState::kConfirmed;
+    t.summary.finished_at_ms = at_ms;
+    t.records.push_back(MakeRegistered(gid, 100));
+    return t;
+  };
+  {
+    absl::StatusOr<std::unique_ptr<internal::Archive>> a =
+        internal::Archive::Open(path);
+    REQUIRE(a.ok());
+    REQUIRE((*a)->PutAll({finished("old", 10), finished("again", 20)}).ok());
+    // "again" is erased, registered anew and finished later: its first
+    // finish's index key stays behind.
+    REQUIRE((*a)->Erase("again").ok());
+    REQUIRE((*a)->Put(finished("again", 500)).ok());
+    absl::StatusOr<size_t> erased = (*a)->EraseFinishedBefore(100);
+    REQUIRE(erased.ok());
+    CHECK(*erased == 1);
+    CHECK(absl::IsNotFound((*a)->Get("old").status()));
+    CHECK((*a)->Get("again").ok());
+    REQUIRE((*a)->Put(finished("older", 30)).ok());
+  }
+  {
+    // As the earlier version left it: records, no index.
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(rocksdb::Options(), path, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::Iterator> it(
+        db->NewIterator(rocksdb::ReadOptions()));
+    std::vector<std::string> index;
+    for (it->Seek("f/"); it->Valid() && it->key().starts_with("f/");
+         it->Next()) {
+      index.push_back(it->key().ToString());
+    }
+    CHECK(index.size() == 2);  // again at 500, older at 30
+    for (const std::string& k : index) {
+      REQUIRE(db->Delete(rocksdb::WriteOptions(), k).ok());
+    }
+    REQUIRE(db->Delete(rocksdb::WriteOptions(), "m/finish_index").ok());
+  }
+  absl::StatusOr<std::unique_ptr<internal::Archive>> a =
+      internal::Archive::Open(path);
+  REQUIRE(a.ok());
+  absl::StatusOr<size_t> erased = (*a)->EraseFinishedBefore(100);
+  REQUIRE(erased.ok());
+  CHECK(*erased == 1);
+  CHECK(absl::IsNotFound((*a)->Get("older").status()));
+  CHECK((*a)->Get("again").ok());
+  erased = (*a)->EraseFinishedBefore(501);
+  REQUIRE(erased.ok());
+  CHECK(*erased == 1);
+  CHECK(absl::IsNotFound((*a)->Get("again").status()));
 }
 
 TEST_CASE("a finishing append takes the held ones to the archive") {

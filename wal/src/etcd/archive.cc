@@ -1,11 +1,13 @@
 #include "etcd/archive.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "record_codec.h"
 #include "rocksdb/db.h"
+#include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
 
@@ -14,6 +16,29 @@ namespace {
 
 std::string Key(std::string_view gid) { return "t/" + std::string(gid); }
 constexpr char kMaxRevision[] = "m/max_revision";
+constexpr char kFinishIndex[] = "m/finish_index";
+constexpr char kFinishPrefix[] = "f/";
+
+// f/<finished_at, 8 bytes big endian>/<gid>
+std::string FinishKey(int64_t finished_at_ms, std::string_view gid) {
+  std::string key = kFinishPrefix;
+  const uint64_t v =
+      static_cast<uint64_t>(std::max<int64_t>(0, finished_at_ms));
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    key.push_back(static_cast<char>((v >> shift) & 0xff));
+  }
+  key.push_back('/');
+  key.append(gid);
+  return key;
+}
+
+// A finished transaction's record is indexed by its finish time (one not
+// finished, which the archive never holds, is not: it would go at once).
+void IndexFinish(rocksdb::WriteBatch& batch, const TxnSummary& summary) {
+  if (summary.finished_at_ms > 0) {
+    (void)batch.Put(FinishKey(summary.finished_at_ms, summary.gid), "");
+  }
+}
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
@@ -48,8 +73,30 @@ absl::StatusOr<std::unique_ptr<Archive>> Archive::Open(const std::string& dir) {
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
   if (!s.ok()) return FromRocks(s, absl::StrCat("opening ", dir));
-  return std::unique_ptr<Archive>(
+  std::unique_ptr<Archive> archive(
       new Archive(std::unique_ptr<rocksdb::DB>(raw), dir));
+  if (absl::Status i = archive->IndexOnce(); !i.ok()) return i;
+  return archive;
+}
+
+absl::Status Archive::IndexOnce() {
+  std::string marker;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kFinishIndex, &marker);
+  if (s.ok()) return absl::OkStatus();
+  if (!s.IsNotFound()) return FromRocks(s, "reading the finish index marker");
+  // An archive of an earlier version: every record gets its f/ key once.
+  rocksdb::WriteBatch batch;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek("t/"); it->Valid() && it->key().starts_with("t/"); it->Next()) {
+    absl::StatusOr<TxnLog> txn =
+        Get(std::string_view(it->key().data() + 2, it->key().size() - 2));
+    if (!txn.ok()) return txn.status();
+    IndexFinish(batch, txn->summary);
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), "indexing");
+  (void)batch.Put(kFinishIndex, "");
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "indexing");
 }
 
 absl::StatusOr<TxnLog> Archive::Get(std::string_view gid) const {
@@ -105,24 +152,96 @@ std::string EncodeEntry(const TxnLog& txn) {
 
 }  // namespace
 
+namespace {
+
+absl::Status AddEntry(rocksdb::WriteBatch& batch, const TxnLog& txn) {
+  rocksdb::Status s = batch.Put(Key(txn.summary.gid), EncodeEntry(txn));
+  if (!s.ok()) return FromRocks(s, "writing");
+  IndexFinish(batch, txn.summary);
+  return absl::OkStatus();
+}
+
+// The finish time in a t/ entry's summary.
+absl::StatusOr<int64_t> FinishedAtOf(std::string_view in) {
+  uint32_t n = 0;
+  if (!GetU32(in, n) || in.size() < n) {
+    return absl::DataLossError("archive: malformed entry");
+  }
+  absl::StatusOr<StoredSummary> summary = DecodeSummary(in.substr(0, n));
+  if (!summary.ok()) return summary.status();
+  return summary->summary.finished_at_ms;
+}
+
+}  // namespace
+
 absl::Status Archive::Put(const TxnLog& txn) {
-  return FromRocks(
-      db_->Put(rocksdb::WriteOptions(), Key(txn.summary.gid), EncodeEntry(txn)),
-      "writing");
+  rocksdb::WriteBatch batch;
+  if (absl::Status s = AddEntry(batch, txn); !s.ok()) return s;
+  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "writing");
 }
 
 absl::Status Archive::PutAll(const std::vector<TxnLog>& txns) {
   if (txns.empty()) return absl::OkStatus();
   rocksdb::WriteBatch batch;
   for (const TxnLog& txn : txns) {
-    rocksdb::Status s = batch.Put(Key(txn.summary.gid), EncodeEntry(txn));
-    if (!s.ok()) return FromRocks(s, "writing");
+    if (absl::Status s = AddEntry(batch, txn); !s.ok()) return s;
   }
   return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "writing");
 }
 
 absl::Status Archive::Erase(std::string_view gid) {
   return FromRocks(db_->Delete(rocksdb::WriteOptions(), Key(gid)), "erasing");
+}
+
+absl::StatusOr<size_t> Archive::EraseFinishedBefore(int64_t before_ms) {
+  const std::string end = FinishKey(before_ms, "");
+  size_t erased = 0;
+  rocksdb::WriteBatch batch;
+  std::unique_ptr<rocksdb::Iterator> it(
+      db_->NewIterator(rocksdb::ReadOptions()));
+  for (it->Seek(kFinishPrefix);
+       it->Valid() && it->key().starts_with(kFinishPrefix) &&
+       it->key().compare(end) < 0;
+       it->Next()) {
+    const rocksdb::Slice key = it->key();
+    const size_t gid_at = std::string_view(kFinishPrefix).size() + 9;
+    if (key.size() < gid_at) {
+      return absl::DataLossError("archive: malformed finish index key");
+    }
+    // The gid's record, unless it is of a later finish (the gid registered
+    // and finished anew after an Erase left this key).
+    const std::string record =
+        Key(std::string_view(key.data() + gid_at, key.size() - gid_at));
+    std::string value;
+    rocksdb::Status g = db_->Get(rocksdb::ReadOptions(), record, &value);
+    if (!g.ok() && !g.IsNotFound()) return FromRocks(g, "reading");
+    if (g.ok()) {
+      absl::StatusOr<int64_t> at = FinishedAtOf(value);
+      if (!at.ok()) return at.status();
+      if (FinishKey(*at, "") < end) {
+        (void)batch.Delete(record);
+        ++erased;
+      }
+    }
+    (void)batch.Delete(key);
+    if (batch.Count() >= 2000) {
+      if (absl::Status w =
+              FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "erasing");
+          !w.ok()) {
+        return w;
+      }
+      batch.Clear();
+    }
+  }
+  if (!it->status().ok()) return FromRocks(it->status(), "erasing");
+  if (batch.Count() > 0) {
+    if (absl::Status w =
+            FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "erasing");
+        !w.ok()) {
+      return w;
+    }
+  }
+  return erased;
 }
 
 absl::StatusOr<int64_t> Archive::MaxRevision() const {

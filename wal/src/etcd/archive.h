@@ -6,6 +6,11 @@
 //
 //   t/<gid>            summary (record_codec.h), u32 n, n x (u32 size,
 //                      record)
+//   f/<finished_at>/<gid>  empty: t/<gid>'s finish time (8 bytes, big
+//                      endian, so in time order), for EraseFinishedBefore;
+//                      may outlive t/<gid> (Erase leaves it)
+//   m/finish_index     present once every t/ has its f/ (an archive of an
+//                      earlier version gets them when opened)
 //   m/max_revision     u64
 //
 // Thread-safety: every method may be called from any thread.
@@ -40,6 +45,11 @@ class Archive {
   // Several in one write (one group's finished transactions).
   [[nodiscard]] absl::Status PutAll(const std::vector<TxnLog>& txns);
   [[nodiscard]] absl::Status Erase(std::string_view gid);
+  // Erases every full record of a transaction finished before `before_ms`
+  // (whichever shard it is of: a node keeps no record of a shard it lost
+  // longer than it would have kept it), reading only those. Returns how
+  // many it erased.
+  [[nodiscard]] absl::StatusOr<size_t> EraseFinishedBefore(int64_t before_ms);
   // 0 when never set.
   [[nodiscard]] absl::StatusOr<int64_t> MaxRevision() const;
   [[nodiscard]] absl::Status RaiseMaxRevision(int64_t revision);
@@ -47,6 +57,8 @@ class Archive {
 
  private:
   explicit Archive(std::unique_ptr<rocksdb::DB> db, std::string dir);
+  // Adds the f/ keys to an archive that has none yet (see above).
+  absl::Status IndexOnce();
   std::unique_ptr<rocksdb::DB> db_;
   const std::string dir_;
 };

@@ -2015,6 +2015,17 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
     TxnSummary summary;
     size_t bytes = 0;
   };
+  // The archive's full records go when due, whatever shard they are of: a
+  // node that lost a shard would otherwise keep its records for ever (the
+  // walk of compact entries below is of the shards it owns). Local only: it
+  // runs while etcd does not answer too.
+  // Due as DueStep says: at full_record_ms, or when the compact entry goes.
+  if (absl::StatusOr<size_t> erased = archive_->EraseFinishedBefore(
+          now_ms - std::min(policy.full_record_ms, policy.compact_entry_ms) +
+          1);
+      !erased.ok()) {
+    return erased.status();
+  }
   bool exhausted = false;
   for (uint32_t k = 0; k < cluster_.shards; ++k) {
     uint64_t epoch = 0;
