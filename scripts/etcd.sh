@@ -62,8 +62,10 @@
 #                               some 2.3 KB of them per transaction, and with
 #                               10 minutes the history alone passed 1.4 GB
 #                               at 1,000 tx/s (README "Sizing etcd"); a watch
-#                               or scan that finds its revision compacted
-#                               reads again
+#                               or a takeover's scan that finds its revision
+#                               compacted reads again, a List or retention
+#                               run paging across a compaction fails and is
+#                               tried again (by its caller, the next run)
 #   --quota-backend-bytes       a bound on etcd's disk, and its alarm
 #   --grpc-keepalive-min-time 2s  below tccd's gRPC keepalive time (10 s):
 #                               etcd closes connections that ping faster,

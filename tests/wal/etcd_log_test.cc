@@ -763,7 +763,7 @@ TEST_CASE(
     q.states = states;
     absl::Status s = h.log().List(q).status();
     INFO(s.ToString());
-    CHECK(absl::IsResourceExhausted(s));
+    CHECK(absl::IsFailedPrecondition(s));
     CHECK(absl::StrContains(s.message(), "4 finished transactions"));
   }
   // Within the limit, the broken one is read, and is DATA_LOSS.

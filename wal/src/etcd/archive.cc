@@ -32,18 +32,37 @@ std::string FinishKey(int64_t finished_at_ms, std::string_view gid) {
   return key;
 }
 
-// A finished transaction's record is indexed by its finish time (one not
-// finished, which the archive never holds, is not: it would go at once).
+// A finished transaction's record is indexed by its finish time (the
+// archive holds finished ones only; one that is not is left unindexed).
 void IndexFinish(rocksdb::WriteBatch& batch, const TxnSummary& summary) {
-  if (summary.finished_at_ms > 0) {
+  if (IsFinal(summary.state)) {
     (void)batch.Put(FinishKey(summary.finished_at_ms, summary.gid), "");
   }
+}
+
+// A t/ entry's summary (the records after it are not decoded).
+absl::StatusOr<TxnSummary> SummaryOf(std::string_view in) {
+  uint32_t n = 0;
+  if (!GetU32(in, n) || in.size() < n) {
+    return absl::DataLossError("archive: malformed entry");
+  }
+  absl::StatusOr<StoredSummary> summary = DecodeSummary(in.substr(0, n));
+  if (!summary.ok()) return summary.status();
+  return std::move(summary->summary);
 }
 
 absl::Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
   return absl::UnavailableError(
       absl::StrCat("archive: ", std::string(what), ": ", s.ToString()));
+}
+
+// Writes `batch` and clears it.
+absl::Status Flush(rocksdb::DB& db, rocksdb::WriteBatch& batch,
+                   std::string_view what) {
+  absl::Status s = FromRocks(db.Write(rocksdb::WriteOptions(), &batch), what);
+  batch.Clear();
+  return s;
 }
 
 std::mutex& RevisionMu() {
@@ -84,19 +103,26 @@ absl::Status Archive::IndexOnce() {
   rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), kFinishIndex, &marker);
   if (s.ok()) return absl::OkStatus();
   if (!s.IsNotFound()) return FromRocks(s, "reading the finish index marker");
-  // An archive of an earlier version: every record gets its f/ key once.
+  // An archive of an earlier version: every record gets its f/ key once,
+  // from its summary alone, written a few thousand at a time; the marker
+  // last. A record whose summary does not decode is left (Get answers
+  // DATA_LOSS for it, as before).
   rocksdb::WriteBatch batch;
   std::unique_ptr<rocksdb::Iterator> it(
       db_->NewIterator(rocksdb::ReadOptions()));
   for (it->Seek("t/"); it->Valid() && it->key().starts_with("t/"); it->Next()) {
-    absl::StatusOr<TxnLog> txn =
-        Get(std::string_view(it->key().data() + 2, it->key().size() - 2));
-    if (!txn.ok()) return txn.status();
-    IndexFinish(batch, txn->summary);
+    absl::StatusOr<TxnSummary> summary =
+        SummaryOf(std::string_view(it->value().data(), it->value().size()));
+    if (!summary.ok()) continue;
+    summary->gid.assign(it->key().data() + 2, it->key().size() - 2);
+    IndexFinish(batch, *summary);
+    if (batch.Count() >= 2000) {
+      if (absl::Status w = Flush(*db_, batch, "indexing"); !w.ok()) return w;
+    }
   }
   if (!it->status().ok()) return FromRocks(it->status(), "indexing");
   (void)batch.Put(kFinishIndex, "");
-  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "indexing");
+  return Flush(*db_, batch, "indexing");
 }
 
 absl::StatusOr<TxnLog> Archive::Get(std::string_view gid) const {
@@ -161,20 +187,10 @@ absl::Status AddEntry(rocksdb::WriteBatch& batch, const TxnLog& txn) {
   return absl::OkStatus();
 }
 
-// The finish time in a t/ entry's summary.
-absl::StatusOr<int64_t> FinishedAtOf(std::string_view in) {
-  uint32_t n = 0;
-  if (!GetU32(in, n) || in.size() < n) {
-    return absl::DataLossError("archive: malformed entry");
-  }
-  absl::StatusOr<StoredSummary> summary = DecodeSummary(in.substr(0, n));
-  if (!summary.ok()) return summary.status();
-  return summary->summary.finished_at_ms;
-}
-
 }  // namespace
 
 absl::Status Archive::Put(const TxnLog& txn) {
+  std::lock_guard<std::mutex> lock(write_mu_);
   rocksdb::WriteBatch batch;
   if (absl::Status s = AddEntry(batch, txn); !s.ok()) return s;
   return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "writing");
@@ -182,6 +198,7 @@ absl::Status Archive::Put(const TxnLog& txn) {
 
 absl::Status Archive::PutAll(const std::vector<TxnLog>& txns) {
   if (txns.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(write_mu_);
   rocksdb::WriteBatch batch;
   for (const TxnLog& txn : txns) {
     if (absl::Status s = AddEntry(batch, txn); !s.ok()) return s;
@@ -190,57 +207,53 @@ absl::Status Archive::PutAll(const std::vector<TxnLog>& txns) {
 }
 
 absl::Status Archive::Erase(std::string_view gid) {
+  std::lock_guard<std::mutex> lock(write_mu_);
   return FromRocks(db_->Delete(rocksdb::WriteOptions(), Key(gid)), "erasing");
 }
 
 absl::StatusOr<size_t> Archive::EraseFinishedBefore(int64_t before_ms) {
   const std::string end = FinishKey(before_ms, "");
+  const rocksdb::Slice upper(end);
+  rocksdb::ReadOptions options;
+  options.iterate_upper_bound = &upper;
   size_t erased = 0;
   rocksdb::WriteBatch batch;
-  std::unique_ptr<rocksdb::Iterator> it(
-      db_->NewIterator(rocksdb::ReadOptions()));
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(options));
+  // A few hundred at a time, each batch's checks and deletes under the
+  // write lock: a Put meanwhile lands before or after them, never between.
+  std::unique_lock<std::mutex> lock(write_mu_);
+  size_t in_batch = 0;
   for (it->Seek(kFinishPrefix);
-       it->Valid() && it->key().starts_with(kFinishPrefix) &&
-       it->key().compare(end) < 0;
-       it->Next()) {
+       it->Valid() && it->key().starts_with(kFinishPrefix); it->Next()) {
     const rocksdb::Slice key = it->key();
     const size_t gid_at = std::string_view(kFinishPrefix).size() + 9;
-    if (key.size() < gid_at) {
-      return absl::DataLossError("archive: malformed finish index key");
-    }
-    // The gid's record, unless it is of a later finish (the gid registered
-    // and finished anew after an Erase left this key).
-    const std::string record =
-        Key(std::string_view(key.data() + gid_at, key.size() - gid_at));
-    std::string value;
-    rocksdb::Status g = db_->Get(rocksdb::ReadOptions(), record, &value);
-    if (!g.ok() && !g.IsNotFound()) return FromRocks(g, "reading");
-    if (g.ok()) {
-      absl::StatusOr<int64_t> at = FinishedAtOf(value);
-      if (!at.ok()) return at.status();
-      if (FinishKey(*at, "") < end) {
-        (void)batch.Delete(record);
-        ++erased;
+    if (key.size() >= gid_at) {
+      // The gid's record, unless it is of a later finish (the gid
+      // registered and finished anew after an Erase left this key); one
+      // that does not decode goes too (it is due by this key's time).
+      const std::string record =
+          Key(std::string_view(key.data() + gid_at, key.size() - gid_at));
+      std::string value;
+      rocksdb::Status g = db_->Get(rocksdb::ReadOptions(), record, &value);
+      if (!g.ok() && !g.IsNotFound()) return FromRocks(g, "reading");
+      if (g.ok()) {
+        absl::StatusOr<TxnSummary> summary = SummaryOf(value);
+        if (!summary.ok() || FinishKey(summary->finished_at_ms, "") < end) {
+          (void)batch.Delete(record);
+          ++erased;
+        }
       }
     }
     (void)batch.Delete(key);
-    if (batch.Count() >= 2000) {
-      if (absl::Status w =
-              FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "erasing");
-          !w.ok()) {
-        return w;
-      }
-      batch.Clear();
+    if (++in_batch >= 500) {
+      if (absl::Status w = Flush(*db_, batch, "erasing"); !w.ok()) return w;
+      in_batch = 0;
+      lock.unlock();
+      lock.lock();
     }
   }
   if (!it->status().ok()) return FromRocks(it->status(), "erasing");
-  if (batch.Count() > 0) {
-    if (absl::Status w =
-            FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "erasing");
-        !w.ok()) {
-      return w;
-    }
-  }
+  if (absl::Status w = Flush(*db_, batch, "erasing"); !w.ok()) return w;
   return erased;
 }
 

@@ -8,7 +8,8 @@
 //                      record)
 //   f/<finished_at>/<gid>  empty: t/<gid>'s finish time (8 bytes, big
 //                      endian, so in time order), for EraseFinishedBefore;
-//                      may outlive t/<gid> (Erase leaves it)
+//                      may outlive t/<gid> (Erase leaves it); every final
+//                      record has one
 //   m/finish_index     present once every t/ has its f/ (an archive of an
 //                      earlier version gets them when opened)
 //   m/max_revision     u64
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +63,8 @@ class Archive {
   absl::Status IndexOnce();
   std::unique_ptr<rocksdb::DB> db_;
   const std::string dir_;
+  // Put, PutAll, Erase and EraseFinishedBefore's check-and-delete.
+  std::mutex write_mu_;
 };
 
 }  // namespace tcc::wal::internal

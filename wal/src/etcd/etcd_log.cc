@@ -748,7 +748,7 @@ absl::StatusOr<ListPage> EtcdLog::Impl::List(const ListQuery& query) {
     absl::StatusOr<pb::RangeResponse> n = ReadRange(count);
     if (!n.ok()) return n.status();
     if (static_cast<uint64_t>(n->count()) > options_.list_max_finished) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+      return absl::FailedPreconditionError(absl::StrCat(
           "etcd holds ", n->count(),
           " finished transactions (the deduplication window's), more than a "
           "List reads (",
@@ -2015,17 +2015,19 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
     TxnSummary summary;
     size_t bytes = 0;
   };
-  // The archive's full records go when due, whatever shard they are of: a
-  // node that lost a shard would otherwise keep its records for ever (the
-  // walk of compact entries below is of the shards it owns). Local only: it
-  // runs while etcd does not answer too.
-  // Due as DueStep says: at full_record_ms, or when the compact entry goes.
-  if (absl::StatusOr<size_t> erased = archive_->EraseFinishedBefore(
-          now_ms - std::min(policy.full_record_ms, policy.compact_entry_ms) +
-          1);
-      !erased.ok()) {
-    return erased.status();
-  }
+  // The archive's full records go when due (as DueStep says: at
+  // full_record_ms, or when the compact entry goes), whatever shard they are
+  // of: a node that lost a shard would otherwise keep its records for ever
+  // (the walk of compact entries below is of the shards it owns). Local
+  // only, so it runs while etcd does not answer too; the archive may be lost
+  // with the node, so its failure holds up nothing below (it is returned
+  // after them).
+  absl::Status archive_status =
+      archive_
+          ->EraseFinishedBefore(
+              now_ms -
+              std::min(policy.full_record_ms, policy.compact_entry_ms) + 1)
+          .status();
   bool exhausted = false;
   for (uint32_t k = 0; k < cluster_.shards; ++k) {
     uint64_t epoch = 0;
@@ -2064,24 +2066,14 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
               });
     std::vector<const Entry*> forget;
     for (const Entry& e : entries) {
-      // Whether the archive still has the full record matters only for a
-      // compaction that is due: looked up then alone (not for each of the
-      // window's entries every run).
-      TxnSummary summary = e.summary;
-      summary.compacted = false;
-      internal::RetentionStep step = internal::DueStep(summary, policy, now_ms);
-      if (step == internal::RetentionStep::kCompact &&
-          !archive_->Get(e.gid).ok()) {
-        step = internal::RetentionStep::kKeep;  // compacted already
-      }
-      switch (step) {
+      // A compaction that is due (the full record's time is up) was done by
+      // EraseFinishedBefore above: nothing is looked up here.
+      switch (internal::DueStep(e.summary, policy, now_ms)) {
         case internal::RetentionStep::kForget:
           forget.push_back(&e);
           bytes -= e.bytes;
           break;
         case internal::RetentionStep::kCompact:
-          if (absl::Status es = archive_->Erase(e.gid); !es.ok()) return es;
-          break;
         case internal::RetentionStep::kKeep:
           break;
       }
@@ -2137,7 +2129,7 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
     }
   }
   window_exhausted_ = exhausted;
-  return absl::OkStatus();
+  return archive_status;
 }
 
 LogStats EtcdLog::Impl::Stats() const {

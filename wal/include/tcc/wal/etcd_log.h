@@ -108,7 +108,9 @@
 // a finished transaction (no states, or a final one among them) also reads
 // every compact entry, which the deduplication window keeps (at 1,000
 // transactions a second and a 1 h window: 3.6 million), so it is refused,
-// RESOURCE_EXHAUSTED, while etcd holds more than options.list_max_finished
+// FAILED_PRECONDITION (not RESOURCE_EXHAUSTED, which is back pressure: a
+// retry soon does not help), while etcd holds more than
+// options.list_max_finished
 // of them (counted first, keys only). A query of unfinished states (tccd's
 // Status, the console's overview) never reads them. Read takes one
 // linearizable read Txn.
