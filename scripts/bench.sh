@@ -68,7 +68,8 @@
 #                        tps_last_min=N db_mb_max=N db_in_use_mb_last=N
 #                        kb_per_tx=N nospace=0|1 errors=N
 #                      (kb_per_tx: the database's growth per transaction
-#                      over the first minute, before any compaction)
+#                      over the first minute, before etcd's first
+#                      compaction of the load's revisions)
 #   --python-http-batch on|off
 #                      on (default): tccd sends the Python banks over HTTP
 #                      batches (participants.NAME.batch: true, POST /batch,
@@ -921,11 +922,17 @@ if [[ $soak_s -gt 0 ]]; then
                $(metric_sum 'tccd_transactions_total{event="cancelled"}' "$tccd_metrics")))
     echo "$t $done_tx $db $use $keys $nospace" >>"$samples"
   }
+  # Samples from the load's start (tcc-bench's, give or take its set-up),
+  # on one clock: the parent's.
+  soak_start=$SECONDS
   (
-    start=$SECONDS
+    nap=""
+    trap 'kill ${nap:-} 2>/dev/null; exit 0' TERM
     while true; do
-      sample $((SECONDS - start))
-      sleep 15
+      sample $((SECONDS - soak_start))
+      sleep 15 &
+      nap=$!
+      wait "$nap"
     done
   ) &
   sampler=$!
@@ -935,7 +942,7 @@ if [[ $soak_s -gt 0 ]]; then
     --concurrency 64 --branches 2 --payload-bytes 100
   kill "$sampler" 2>/dev/null || true
   wait "$sampler" 2>/dev/null || true
-  sample "$soak_s"
+  sample $((SECONDS - soak_start))
   cleanup
   read -r tps_first tps_last db_max use_last kb_per_tx nospace <<<"$(awk '
     { t[NR] = $1; f[NR] = $2; d[NR] = $3; u[NR] = $4; n[NR] = $6 }
