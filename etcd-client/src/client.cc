@@ -205,14 +205,8 @@ absl::StatusOr<size_t> Client::UseLeader(int64_t timeout_ms) {
   for (size_t i = 0; i < members_.size(); ++i) {
     auto ask = std::make_unique<Ask>();
     ask->context.set_deadline(deadline);
-    if (!options_.user.empty()) {
-      if (i == 0) {
-        if (absl::Status s = PrepareContext(ask->context, &token); !s.ok()) {
-          return s;
-        }
-      } else {
-        ask->context.AddMetadata("token", token);
-      }
+    if (absl::Status s = PrepareContext(ask->context, &token); !s.ok()) {
+      return s;
     }
     asks.push_back(std::move(ask));
   }

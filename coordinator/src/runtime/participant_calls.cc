@@ -147,9 +147,7 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
     // breaker's probe (the breaker would wait for its answer for ever and
     // hold every later call to the participant).
     if (may_call_ && !may_call_(query.gid)) {
-      fail.status = absl::UnavailableError(
-          "this node cannot trust its cluster lease now: the query was not "
-          "sent");
+      fail.status = absl::UnavailableError(kNotSentMessage);
       hooks_.deliver(query.gid, std::move(fail));
       return;
     }

@@ -18,6 +18,8 @@ std::string Key(std::string_view gid) { return "t/" + std::string(gid); }
 constexpr char kMaxRevision[] = "m/max_revision";
 constexpr char kFinishIndex[] = "m/finish_index";
 constexpr char kFinishPrefix[] = "f/";
+// Where an f/ key's gid starts: after the prefix, the time and the '/'.
+constexpr size_t kFinishGidAt = sizeof(kFinishPrefix) - 1 + 8 + 1;
 
 // f/<finished_at, 8 bytes big endian>/<gid>
 std::string FinishKey(int64_t finished_at_ms, std::string_view gid) {
@@ -176,10 +178,6 @@ std::string EncodeEntry(const TxnLog& txn) {
   return value;
 }
 
-}  // namespace
-
-namespace {
-
 absl::Status AddEntry(rocksdb::WriteBatch& batch, const TxnLog& txn) {
   rocksdb::Status s = batch.Put(Key(txn.summary.gid), EncodeEntry(txn));
   if (!s.ok()) return FromRocks(s, "writing");
@@ -193,7 +191,7 @@ absl::Status Archive::Put(const TxnLog& txn) {
   std::lock_guard<std::mutex> lock(write_mu_);
   rocksdb::WriteBatch batch;
   if (absl::Status s = AddEntry(batch, txn); !s.ok()) return s;
-  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "writing");
+  return Flush(*db_, batch, "writing");
 }
 
 absl::Status Archive::PutAll(const std::vector<TxnLog>& txns) {
@@ -203,7 +201,7 @@ absl::Status Archive::PutAll(const std::vector<TxnLog>& txns) {
   for (const TxnLog& txn : txns) {
     if (absl::Status s = AddEntry(batch, txn); !s.ok()) return s;
   }
-  return FromRocks(db_->Write(rocksdb::WriteOptions(), &batch), "writing");
+  return Flush(*db_, batch, "writing");
 }
 
 absl::Status Archive::Erase(std::string_view gid) {
@@ -226,19 +224,19 @@ absl::StatusOr<size_t> Archive::EraseFinishedBefore(int64_t before_ms) {
   for (it->Seek(kFinishPrefix);
        it->Valid() && it->key().starts_with(kFinishPrefix); it->Next()) {
     const rocksdb::Slice key = it->key();
-    const size_t gid_at = std::string_view(kFinishPrefix).size() + 9;
-    if (key.size() >= gid_at) {
+    if (key.size() >= kFinishGidAt) {
       // The gid's record, unless it is of a later finish (the gid
       // registered and finished anew after an Erase left this key); one
       // that does not decode goes too (it is due by this key's time).
-      const std::string record =
-          Key(std::string_view(key.data() + gid_at, key.size() - gid_at));
+      const std::string record = Key(std::string_view(
+          key.data() + kFinishGidAt, key.size() - kFinishGidAt));
       std::string value;
       rocksdb::Status g = db_->Get(rocksdb::ReadOptions(), record, &value);
       if (!g.ok() && !g.IsNotFound()) return FromRocks(g, "reading");
       if (g.ok()) {
         absl::StatusOr<TxnSummary> summary = SummaryOf(value);
-        if (!summary.ok() || FinishKey(summary->finished_at_ms, "") < end) {
+        if (!summary.ok() ||
+            std::max<int64_t>(0, summary->finished_at_ms) < before_ms) {
           (void)batch.Delete(record);
           ++erased;
         }

@@ -110,10 +110,9 @@
 // transactions a second and a 1 h window: 3.6 million), so it is refused,
 // FAILED_PRECONDITION (not RESOURCE_EXHAUSTED, which is back pressure: a
 // retry soon does not help), while etcd holds more than
-// options.list_max_finished
-// of them (counted first, keys only). A query of unfinished states (tccd's
-// Status, the console's overview) never reads them. Read takes one
-// linearizable read Txn.
+// options.list_max_finished of them (counted first, keys only). A query of
+// unfinished states (tccd's Status, the console's overview) never reads
+// them. Read takes one linearizable read Txn.
 //
 // Thread-safety: every method may be called from any thread. Completion
 // callbacks run on the committer thread and must not block for long, nor
