@@ -1474,6 +1474,28 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "cluster: a lost log shard takes its transactions in doubt off the "
+    "gauge",
+    "[driver]") {
+  Harness h(2);
+  h.transport.faults("p1").partitioned = true;  // p1's Try: unknown
+  core::SubmitSpec spec = h.Spec("g1", 2);      // the caller waits for the end
+  spec.try_timeout_ms = 60000;
+  Result r = h.Submit(std::move(spec));
+  REQUIRE(h.Run([&] { return h.driver->in_doubt().transactions == 1; }, 5000));
+  REQUIRE_FALSE(r->has_value());
+  CHECK(h.driver->in_doubt().oldest_since_ms > 0);
+  h.driver->DropLogShard(0, absl::UnavailableError("its fence was refused"));
+  REQUIRE(h.Wait(r, 1000));  // its owner dropped, the caller answered
+  CHECK(absl::IsUnavailable(r->value().status()));
+  // g1 is the shard's new owner's now: this node's gauge no longer shows it
+  // (before the fix it did, aging, until the process restarted).
+  CHECK(h.driver->in_doubt().transactions == 0);
+  CHECK(h.driver->in_doubt().oldest_since_ms == 0);
+  CHECK(h.driver->stuck_branches() == 0);
+}
+
+TEST_CASE(
     "cluster: a shard is driven only once adopted; dropped and adopted "
     "again, its transactions resume with the higher epoch and finish",
     "[driver]") {
@@ -1531,6 +1553,48 @@ TEST_CASE(
   REQUIRE(h.Wait(after));
   REQUIRE(after->value().ok());
   CHECK(after->value()->transaction.state == TxnState::kConfirmed);
+}
+
+TEST_CASE(
+    "recovery progress counts what each adoption's scan found, done once "
+    "final or handed on with the shard",
+    "[driver]") {
+  auto calls_go = std::make_shared<std::atomic<bool>>(false);
+  DriverOptions o;
+  o.adopt_shards_at_start = false;
+  o.may_call = [calls_go](const std::string&) { return calls_go->load(); };
+  Harness h(2, o);
+  auto progress = [&] { return h.driver->recovery_progress(); };
+  REQUIRE(h.driver->AdoptShard(0).ok());
+  // Registered here, not found by a scan: not recovery's.
+  for (const char* gid : {"g1", "g2"}) {
+    h.Submit(h.Spec(gid, 2));
+    REQUIRE(h.Run([&] {
+      return h.log.IsDurable(gid, [](const wal::Record& rec) {
+        return std::holds_alternative<wal::Decided>(rec);
+      });
+    }));
+  }
+  CHECK(progress().found == 0);
+  h.driver->DropLogShard(0, absl::UnavailableError("handed over"));
+  // Adopted again: its scan finds both, still unfinished (no call goes).
+  REQUIRE(h.driver->AdoptShard(0).ok());
+  REQUIRE(h.Run([&] { return progress().found == 2; }));
+  CHECK(progress().unfinished == 2);
+  // Handed on: no longer this driver's to finish.
+  h.driver->DropLogShard(0, absl::UnavailableError("handed over"));
+  REQUIRE(h.Run([&] { return progress().unfinished == 0; }));
+  CHECK(progress().found == 2);
+  // Taken back with the calls going: found again, and done once final.
+  calls_go->store(true);
+  REQUIRE(h.driver->AdoptShard(0).ok());
+  REQUIRE(h.Run([&] {
+    return wal::IsFinal(h.StoredState("g1")) &&
+           wal::IsFinal(h.StoredState("g2"));
+  }));
+  REQUIRE(h.Run([&] { return progress().unfinished == 0; }));
+  CHECK(progress().found == 4);
+  h.CheckInvariants();
 }
 
 TEST_CASE(

@@ -218,6 +218,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     // Its payloads are in the WAL only (memory pressure); read back before
     // a call needs them (RestorePayloads).
     bool payloads_in_wal = false;
+    // Found by a recovery scan and not final yet: counted in
+    // scanned_unfinished_ until it finishes or goes.
+    bool scanned = false;
     // The WAL refused an append for want of room (RESOURCE_EXHAUSTED: its
     // queue was full, nothing was written). The core fail-stops the owner
     // as for any failed append; once dropped it is loaded again from the
@@ -442,6 +445,15 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   }
   bool halted() const { return halted_; }
   int64_t stuck() const { return stuck_.load(); }
+  RecoveryProgress recovery_progress() const {
+    // Unfinished first: a transaction counted between the two reads is
+    // then at most in `found` only (done a moment early), never unfinished
+    // beyond what was found.
+    const int64_t unfinished = std::max<int64_t>(0, scanned_unfinished_.load());
+    const uint64_t found = scanned_found_.load();
+    return RecoveryProgress{
+        found, std::min<uint64_t>(found, static_cast<uint64_t>(unfinished))};
+  }
   InDoubt in_doubt() {
     std::lock_guard<std::mutex> lock(doubt_mu_);
     return InDoubt{static_cast<int64_t>(in_doubt_.size()),
@@ -481,6 +493,25 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   }
 
  private:
+  // What an owner holds outside itself, let go as it is erased: its timers,
+  // its recovery window place, its share of the gauges (stuck branches, in
+  // doubt) and of the memory budget. The one place for both ways an owner
+  // goes (evicted, or its log shard dropped).
+  void Release(Owner& o) {
+    for (auto& [b, id] : o.retry_timers) clock_.Cancel(id);
+    for (TimerId id : o.deadline_timers) clock_.Cancel(id);
+    if (o.recovery_place != nullptr) {
+      std::exchange(o.recovery_place, nullptr)->ReleasePlace();
+    }
+    stuck_ -= std::exchange(o.stuck, 0);
+    if (std::exchange(o.scanned, false)) --scanned_unfinished_;
+    if (o.in_doubt_since != 0) {
+      std::lock_guard<std::mutex> lock(doubt_mu_);
+      in_doubt_.erase(in_doubt_.find(std::exchange(o.in_doubt_since, 0)));
+    }
+    budget_->Charge(-std::exchange(o.charged, 0));
+  }
+
   // Drops the owners of log shard k made under `epoch` or before (one the
   // shard was adopted again for since is not touched).
   void DropOwnersOf(size_t s, uint32_t k, uint64_t epoch,
@@ -492,13 +523,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         continue;
       }
       Owner& o = *it->second;
-      for (auto& [b, id] : o.retry_timers) clock_.Cancel(id);
-      for (TimerId id : o.deadline_timers) clock_.Cancel(id);
-      if (o.recovery_place != nullptr) {
-        std::exchange(o.recovery_place, nullptr)->ReleasePlace();
-      }
-      stuck_ -= o.stuck;
-      budget_->Charge(-o.charged);
+      Release(o);
       auto callers = std::move(o.callers);
       it = owners.erase(it);
       for (auto& [rid, done] : callers) {
@@ -603,8 +628,12 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       // A scan of an adoption since lost is moot too.
       Recovery& recovery = *from;
       const bool moot = recovery.Moot(gid);
-      if (moot || self.Find(s, gid) != nullptr || self.LogShardLost(gid) ||
-          &self.RecoveryOf(gid) != from) {
+      if (self.LogShardLost(gid) || &self.RecoveryOf(gid) != from) {
+        recovery.ReleasePlace();  // not this scan's to resume any more
+        return;
+      }
+      if (moot || self.Find(s, gid) != nullptr) {
+        self.CountScanned(self.Find(s, gid));  // found, and driven already
         recovery.ReleasePlace();
         return;
       }
@@ -618,6 +647,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         return;
       }
       Owner* owner = self.Find(s, gid);
+      self.CountScanned(owner);
       if (owner != nullptr && HoldsRecoveryPlace(owner->txn)) {
         owner->recovery_place = &recovery;
       } else {
@@ -625,6 +655,15 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       }
       self.MaybeEvict(s, gid);  // it may have finished
     });
+  }
+
+  // A transaction a scan found, now `o` (null: it finished and went).
+  void CountScanned(Owner* o) {
+    ++scanned_found_;
+    if (o != nullptr && !o->scanned && !wal::IsFinal(o->txn.state)) {
+      o->scanned = true;
+      ++scanned_unfinished_;
+    }
   }
 
   // Loads `gid` from the WAL (resuming it) after 100-300 ms, unless
@@ -946,18 +985,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     // looks at the flag, so one of the two sees the other.
     o->evict_wanted->store(true);
     if (o->unwritten->load() > 0) return;
-    for (auto& [b, id] : o->retry_timers) clock_.Cancel(id);
-    for (TimerId id : o->deadline_timers) clock_.Cancel(id);
-    if (o->recovery_place != nullptr) {
-      std::exchange(o->recovery_place, nullptr)->ReleasePlace();
-    }
+    Release(*o);
     if (o->reload_when_dropped) ScheduleReload(gid);
-    stuck_ -= o->stuck;
-    if (o->in_doubt_since != 0) {
-      std::lock_guard<std::mutex> lock(doubt_mu_);
-      in_doubt_.erase(in_doubt_.find(o->in_doubt_since));
-    }
-    budget_->Charge(-o->charged);
     // Callers still waiting on a dropped owner learn it.
     auto callers = std::move(o->callers);
     shards_[s].owners.erase(gid);
@@ -1178,6 +1207,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       observer_->OnSignal(gid, BranchId(o, sig->branch), *sig);
       MaybeReleaseRecoveryPlace(o);
       if (sig->kind == core::SignalKind::kFinished) {
+        if (std::exchange(o.scanned, false)) --scanned_unfinished_;
         observer_->OnFinished(gid, o.txn.state,
                               clock_.WallMs() - o.txn.registered_at_ms);
       }
@@ -1290,6 +1320,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   std::vector<Shard> shards_;
   std::atomic<bool> halted_{false};
   std::atomic<int64_t> stuck_{0};  // the owners' Owner::stuck, summed
+  // Recovery's progress (Driver::RecoveryProgress): resumed by a scan, and
+  // of them the owners with Owner::scanned set.
+  std::atomic<uint64_t> scanned_found_{0};
+  std::atomic<int64_t> scanned_unfinished_{0};
   std::mutex doubt_mu_;
   std::multiset<int64_t> in_doubt_;  // Owner::in_doubt_since of each
   std::atomic<RequestId> next_request_{1};
@@ -1428,6 +1462,9 @@ BreakerState Driver::breaker_state(const std::string& participant) const {
 }
 
 int64_t Driver::stuck_branches() const { return impl_->stuck(); }
+Driver::RecoveryProgress Driver::recovery_progress() const {
+  return impl_->recovery_progress();
+}
 
 int64_t Driver::memory_bytes() const { return impl_->memory_bytes(); }
 

@@ -256,6 +256,16 @@ class Driver {
     int64_t oldest_since_ms = 0;
   };
   InDoubt in_doubt() const;
+  // Recovery's progress over every scan since Start (the one at start, and
+  // each adopted log shard's): the unfinished transactions the scans found
+  // and resumed, and how many of them this driver still drives (not final
+  // yet, nor handed on with their log shard). A transaction a request
+  // loaded before the scan reached it counts as the scan's.
+  struct RecoveryProgress {
+    uint64_t found = 0;
+    uint64_t unfinished = 0;
+  };
+  RecoveryProgress recovery_progress() const;
 
   class Impl;
 

@@ -92,10 +92,7 @@ std::string Fingerprint(const core::TransactionView& v) {
 
 DriverBackend::DriverBackend(wal::Log& log, runtime::Clock& clock,
                              CoordinatorMetrics* metrics)
-    : log_(log),
-      clock_(clock),
-      metrics_(metrics),
-      started_at_ms_(clock.WallMs()) {}
+    : log_(log), clock_(clock), metrics_(metrics) {}
 
 runtime::ReplyDone DriverBackend::Track(rpc::AnswerDone done) {
   auto pending = std::make_shared<Pending>();
@@ -368,12 +365,13 @@ rpc::CoordinatorBackend::Health DriverBackend::Status() {
   }
   h.stuck_branches = static_cast<uint64_t>(
       std::max<int64_t>(0, driver_ != nullptr ? driver_->stuck_branches() : 0));
-  // Recovery is done for a transaction once it is final: of those found
-  // unfinished at start, the ones final since (OnFinished counts them).
-  h.recovery_total = recovered_count_;
-  h.recovery_done =
-      recovered_ ? std::min<uint64_t>(recovered_count_, recovered_finished_)
-                 : 0;
+  // Recovery is done for a transaction once it is final (or, in cluster
+  // mode, handed on with its shard).
+  if (driver_ != nullptr) {
+    const runtime::Driver::RecoveryProgress p = driver_->recovery_progress();
+    h.recovery_total = p.found;
+    h.recovery_done = p.found - p.unfinished;
+  }
   return h;
 }
 
@@ -423,7 +421,6 @@ void DriverBackend::OnFinished(const std::string& gid, core::TxnState state,
                                int64_t duration_ms) {
   const char* name = core::TxnStateName(state);
   --in_flight_;
-  if (clock_.WallMs() - duration_ms < started_at_ms_) ++recovered_finished_;
   spdlog::info("gid={} final state {} after {} ms", gid, name, duration_ms);
   if (metrics_) {
     metrics_->TransactionFinished(
@@ -488,7 +485,6 @@ absl::Status DriverBackend::fatal() const {
 }
 
 void DriverBackend::OnRecovered(size_t resumed) {
-  recovered_count_ = resumed;
   in_flight_ += static_cast<int64_t>(resumed);
   recovered_ = true;
   spdlog::info("recovery: {} unfinished transactions found, being resumed",
@@ -540,11 +536,10 @@ uint32_t DriverBackend::recovering_shards() const {
 }
 
 void DriverBackend::ExportRecovery() {
-  if (metrics_ == nullptr || !recovered_) return;
-  const uint64_t total = recovered_count_;
-  metrics_->SetRecovery(
-      static_cast<int64_t>(std::min<uint64_t>(total, recovered_finished_)),
-      static_cast<int64_t>(total));
+  if (metrics_ == nullptr || driver_ == nullptr) return;
+  const runtime::Driver::RecoveryProgress p = driver_->recovery_progress();
+  metrics_->SetRecovery(static_cast<int64_t>(p.found - p.unfinished),
+                        static_cast<int64_t>(p.found));
 }
 
 }  // namespace tcc::server

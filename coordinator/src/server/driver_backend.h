@@ -140,11 +140,6 @@ class DriverBackend final : public rpc::CoordinatorBackend,
   std::atomic<bool> per_shard_{false};
   mutable std::mutex fatal_mu_;
   absl::Status fatal_;  // guarded by fatal_mu_
-  std::atomic<uint64_t> recovered_count_{0};
-  // Transactions registered before this start that became final since.
-  std::atomic<uint64_t> recovered_finished_{0};
-  // Wall-clock start: transactions registered before it are recovery's.
-  const int64_t started_at_ms_;
   mutable std::mutex scans_mu_;
   std::set<uint32_t> scanning_shards_;  // adopted, scan not ended
 };
