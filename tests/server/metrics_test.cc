@@ -66,9 +66,10 @@ TEST_CASE("the etcd group commit's sampled totals are counters") {
   auto endpoint =
       tcc::server::MetricsEndpoint::Start("127.0.0.1:0", metrics.registry());
   REQUIRE(endpoint.ok());
-  metrics.SetEtcdTotals(5, 40, 9, 20);
-  metrics.SetEtcdTotals(7, 50, 12, 31);
-  metrics.SetEtcdTotals(7, 50, 12, 31);  // the same sample again adds nothing
+  metrics.SetEtcdTotals({5, 40, 9, 20, 0});
+  metrics.SetEtcdTotals({7, 50, 12, 31, 2});
+  // The same sample again adds nothing.
+  metrics.SetEtcdTotals({7, 50, 12, 31, 2});
   auto page = tcc::testing::HttpGet(
       tcc::testing::LoopbackUrl((*endpoint)->port(), "/metrics"), 10000);
   REQUIRE(page.ok());
@@ -79,6 +80,8 @@ TEST_CASE("the etcd group commit's sampled totals are counters") {
   CHECK(body.find("tccd_etcd_appends_total 50") != std::string::npos);
   CHECK(body.find("tccd_etcd_client_txns_total 12") != std::string::npos);
   CHECK(body.find("tccd_etcd_appends_held_total 31") != std::string::npos);
+  CHECK(body.find("tccd_cluster_fenced_writes_refused_total 2") !=
+        std::string::npos);
 }
 
 TEST_CASE("the series alerts and dashboards read exist from the start") {

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -109,10 +110,12 @@ TEST_CASE("a fenced write is refused once another node owns the shard") {
   const std::string b = GidOfShard(1, 2, "b");
   REQUIRE(Register(h.log(), a).ok());
   REQUIRE(Register(h.log(), b).ok());
+  CHECK(h.etcd_log().fenced_writes_refused() == 0);
   StealShard(h, 0);
   absl::Status refused =
       AppendAndWait(h.log(), Req(a, {MakePhase("b0", PhaseState::kUnknown)}));
   CHECK(absl::IsUnavailable(refused));
+  CHECK(h.etcd_log().fenced_writes_refused() == 1);  // what /metrics shows
   CHECK(lost.load() == 1);
   CHECK(lost_shard.load() == 0);
   CHECK_FALSE(h.etcd_log().Owns(0));
@@ -122,6 +125,8 @@ TEST_CASE("a fenced write is refused once another node owns the shard") {
   CHECK(AppendAndWait(h.log(), Req(b, {MakePhase("b0", PhaseState::kUnknown)}))
             .ok());
   CHECK(lost.load() == 1);
+  // Refused here, not sent: etcd refused one write.
+  CHECK(h.etcd_log().fenced_writes_refused() == 1);
 }
 
 TEST_CASE(
@@ -190,6 +195,54 @@ TEST_CASE("a Txn committed while its reply is dropped ends OK, stored once") {
   CHECK(AppendAndWait(h.log(), Req("g1", {MakeDecided(Decision::kConfirm)}))
             .ok());
   CHECK(Records(h.log(), "g1") == 4);
+}
+
+TEST_CASE(
+    "each group Txn is reported with its latency from the first send, "
+    "resends included, and the appends it carried") {
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  auto h = Proxied(proxy, 300);
+  std::mutex mu;
+  std::vector<std::pair<int64_t, uint64_t>> reported;  // latency us, appends
+  h->log_options().now_us = [] {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  h->log_options().on_sync = [&](int64_t us, uint64_t appends) {
+    std::lock_guard<std::mutex> lock(mu);
+    reported.emplace_back(us, appends);
+  };
+  h->Reopen();
+  for (const absl::Status& s : AppendAll(h->log(), Registrations("r", 5))) {
+    CHECK(s.ok());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    uint64_t appends = 0;
+    for (const auto& [us, n] : reported) {
+      CHECK(us >= 0);
+      CHECK(n >= 1);
+      appends += n;
+    }
+    CHECK(reported.size() == h->etcd_log().txns_sent());
+    CHECK(appends == h->etcd_log().appends_committed());
+    CHECK(appends == 5);
+    reported.clear();
+  }
+  // The answer is lost: the identical Txn goes again after a backoff, and
+  // its latency counts from the first send.
+  // (An append of a gid the log wrote: no read before its Txn.)
+  const uint64_t sent_before = h->etcd_log().txns_sent();
+  proxy.DropTxnReplies(1);
+  REQUIRE(AppendAndWait(h->log(),
+                        Req("r0", {MakePhase("b0", PhaseState::kUnknown)}))
+              .ok());
+  CHECK(h->etcd_log().txns_sent() == sent_before + 2);
+  std::lock_guard<std::mutex> lock(mu);
+  REQUIRE(reported.size() == 1);
+  CHECK(reported[0].first >= 50000);  // the log's resend backoff
+  CHECK(reported[0].second == 1);
 }
 
 TEST_CASE("a Txn whose request is dropped is sent again and applied once") {

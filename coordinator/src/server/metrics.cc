@@ -119,11 +119,14 @@ CoordinatorMetrics::CoordinatorMetrics(
                            .Register(*registry_)),
       wal_sync_(BuildHistogram()
                     .Name("tccd_wal_sync_seconds")
-                    .Help("WAL group commit sync latency")
+                    .Help("WAL group commit latency: one fsync of the "
+                          "RocksDB WAL, or in cluster mode one etcd Txn of "
+                          "the group commit (first send to etcd's answer)")
                     .Register(*registry_)),
       wal_group_(BuildHistogram()
                      .Name("tccd_wal_group_size")
-                     .Help("Appends served by one WAL sync")
+                     .Help("Appends served by one WAL sync (cluster mode: "
+                           "carried by one etcd Txn)")
                      .Register(*registry_)),
       wal_syncs_(BuildGauge()
                      .Name("tccd_wal_syncs")
@@ -288,9 +291,8 @@ void CoordinatorMetrics::SetWalTotals(uint64_t syncs, uint64_t synced_appends) {
   wal_synced_appends_.Add({}).Set(static_cast<double>(synced_appends));
 }
 
-void CoordinatorMetrics::SetEtcdTotals(uint64_t group_txns, uint64_t appends,
-                                       uint64_t client_txns,
-                                       uint64_t appends_held) {
+void CoordinatorMetrics::SetEtcdTotals(const EtcdTotals& totals) {
+  ExportCluster();
   std::lock_guard<std::mutex> lock(etcd_mu_);
   auto grow = [](prometheus::Family<prometheus::Counter>& family,
                  uint64_t& seen, uint64_t total) {
@@ -298,10 +300,11 @@ void CoordinatorMetrics::SetEtcdTotals(uint64_t group_txns, uint64_t appends,
     if (total > seen) counter.Increment(static_cast<double>(total - seen));
     seen = std::max(seen, total);
   };
-  grow(etcd_txns_, etcd_txns_seen_, group_txns);
-  grow(etcd_appends_, etcd_appends_seen_, appends);
-  grow(etcd_client_txns_, etcd_client_txns_seen_, client_txns);
-  grow(etcd_appends_held_, etcd_appends_held_seen_, appends_held);
+  grow(etcd_txns_, etcd_txns_seen_, totals.group_txns);
+  grow(etcd_appends_, etcd_appends_seen_, totals.appends);
+  grow(etcd_client_txns_, etcd_client_txns_seen_, totals.client_txns);
+  grow(etcd_appends_held_, etcd_appends_held_seen_, totals.appends_held);
+  grow(*fenced_refused_, fenced_refused_seen_, totals.fenced_writes_refused);
 }
 
 void CoordinatorMetrics::SetParticipantRpcTotals(int64_t single,
@@ -363,6 +366,16 @@ void CoordinatorMetrics::ExportCluster() {
                           "their shard's owner, by outcome (ok or the "
                           "gRPC code)")
                       .Register(*registry_);
+    fenced_refused_ = &BuildCounter()
+                           .Name("tccd_cluster_fenced_writes_refused_total")
+                           .Help(
+                               "Cluster mode: this node's etcd writes "
+                               "refused on a shard's fence (the shard had "
+                               "another owner or none; each loses the shard "
+                               "here): a group Txn's part for one shard, or "
+                               "a retention Txn")
+                           .Register(*registry_);
+    fenced_refused_->Add({});
     for (const char* kind : {"takeover", "handover", "lost"}) {
       shard_changes_->Add({{"kind", kind}});
     }

@@ -84,14 +84,21 @@ class CoordinatorMetrics {
   // the durable appends they completed since start (their ratio over an
   // interval is the mean group-commit size).
   void SetWalTotals(uint64_t syncs, uint64_t synced_appends);
-  // Cluster mode: the etcd log's group commit since start, sampled: the
-  // etcd Txns it sent for appends (resends included) and the appends they
-  // committed (their ratio over an interval is the mean group size), and
-  // every Txn the node's etcd client sent (reads in Txns too), and the
-  // buffered appends it held for a later group. Exported as counters; the
-  // series exist once the first sample came.
-  void SetEtcdTotals(uint64_t group_txns, uint64_t appends,
-                     uint64_t client_txns, uint64_t appends_held);
+  // Cluster mode: the etcd log's figures since start, sampled.
+  struct EtcdTotals {
+    // The group commit's etcd Txns (resends included) and the appends they
+    // committed (their ratio over an interval is the mean group size).
+    uint64_t group_txns = 0;
+    uint64_t appends = 0;
+    // Every Txn the node's etcd client sent (reads in Txns too).
+    uint64_t client_txns = 0;
+    // Buffered appends held for a later group.
+    uint64_t appends_held = 0;
+    // Writes etcd refused on a shard's fence (EtcdLog::fenced_writes_refused).
+    uint64_t fenced_writes_refused = 0;
+  };
+  // Exported as counters; the series exist once the first sample came.
+  void SetEtcdTotals(const EtcdTotals& totals);
   // Sampled from the participant transport: gRPC calls sent alone and as
   // Batch calls, the calls those batches carried, and participants found
   // without Batch, since start.
@@ -150,12 +157,14 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>* cluster_shards_ = nullptr;
   prometheus::Family<prometheus::Counter>* shard_changes_ = nullptr;
   prometheus::Family<prometheus::Counter>* forwarded_ = nullptr;
+  prometheus::Family<prometheus::Counter>* fenced_refused_ = nullptr;
   prometheus::Histogram* wal_sync_series_;  // of wal_sync_, made once
   prometheus::Histogram* wal_group_series_;
   // The etcd totals last sampled (the counters grow by the difference).
   std::mutex etcd_mu_;
   uint64_t etcd_txns_seen_ = 0, etcd_appends_seen_ = 0,
-           etcd_client_txns_seen_ = 0, etcd_appends_held_seen_ = 0;
+           etcd_client_txns_seen_ = 0, etcd_appends_held_seen_ = 0,
+           fenced_refused_seen_ = 0;
   SeriesCache<prometheus::Counter> txns_cache_, branch_calls_cache_,
       retries_cache_, unknown_cache_, unknown_resolved_cache_, lookups_cache_,
       shard_changes_cache_, forwarded_cache_;

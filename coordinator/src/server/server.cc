@@ -108,7 +108,10 @@ class Server::Impl {
   absl::Status stopped_failure_;  // Failure() when Stop ran
 
  private:
-  absl::Status OpenClusterLog(const Config& config);
+  // `local`: the RocksDB log's options, whose sync hooks the etcd log
+  // reports its group Txns through (the same metric).
+  absl::Status OpenClusterLog(const Config& config,
+                              const wal::RocksDbLogOptions& local);
   // Cluster mode, once the driver runs: the shard manager (taking this
   // node's shards before it serves) and the router.
   absl::Status StartShardManager(const Config& config);
@@ -334,7 +337,9 @@ absl::Status Server::Impl::Start(const Config& config,
                      static_cast<int64_t>(appends));
   };
   if (config.cluster.enabled) {
-    if (absl::Status s = OpenClusterLog(config); !s.ok()) return s;
+    if (absl::Status s = OpenClusterLog(config, wal_options); !s.ok()) {
+      return s;
+    }
   } else {
     auto log = wal::RocksDbLog::Open(wal_options);
     if (!log.ok()) return log.status();
@@ -585,8 +590,11 @@ void Server::Impl::WalStats() {
   metrics_->SetWalTotals(stats.syncs, stats.synced_appends);
   if (etcd_log_ != nullptr) {
     metrics_->SetEtcdTotals(
-        etcd_log_->txns_sent(), etcd_log_->appends_committed(),
-        etcd_client_->txns_sent(), etcd_log_->appends_held());
+        {.group_txns = etcd_log_->txns_sent(),
+         .appends = etcd_log_->appends_committed(),
+         .client_txns = etcd_client_->txns_sent(),
+         .appends_held = etcd_log_->appends_held(),
+         .fenced_writes_refused = etcd_log_->fenced_writes_refused()});
   }
   const rpc::GrpcTransport::Stats calls = transport_->stats();
   metrics_->SetParticipantRpcTotals(calls.single_calls, calls.batches,
@@ -693,7 +701,8 @@ absl::StatusOr<std::string> InitCluster(const Config& config) {
 // Cluster mode (DESIGN.md section 14): the etcd client, the node's lease
 // and registration, and the etcd log over the cluster that --init-cluster
 // created (a prefix without one is refused).
-absl::Status Server::Impl::OpenClusterLog(const Config& config) {
+absl::Status Server::Impl::OpenClusterLog(const Config& config,
+                                          const wal::RocksDbLogOptions& local) {
   const ClusterConfig& cl = config.cluster;
   absl::StatusOr<std::unique_ptr<etcd::Client>> client = ConnectEtcd(cl);
   if (!client.ok()) return client.status();
@@ -760,6 +769,8 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config) {
   // The shard manager campaigns again on its next round: a campaign for a
   // shard another node owns answers at once.
   lo.campaign_wait_ms = 0;
+  lo.now_us = local.now_us;
+  lo.on_sync = local.on_sync;
   absl::StatusOr<std::unique_ptr<wal::EtcdLog>> log = wal::EtcdLog::Open(lo);
   if (!log.ok()) return log.status();
   etcd_log_ = log->get();

@@ -335,6 +335,9 @@ class EtcdLog::Impl {
   }
   uint64_t appends_committed() const { return appends_committed_.load(); }
   uint64_t appends_held() const { return appends_held_.load(); }
+  uint64_t fenced_writes_refused() const {
+    return fenced_writes_refused_.load();
+  }
   double MeanAppendsPerTxn() const {
     const uint64_t t = txns_committed_.load();
     return t == 0 ? 0.0 : static_cast<double>(appends_committed_.load()) / t;
@@ -529,6 +532,7 @@ class EtcdLog::Impl {
   std::atomic<uint64_t> next_append_id_{1};
   std::atomic<uint64_t> txns_sent_{0};
   std::atomic<uint64_t> txns_refused_too_large_{0};
+  std::atomic<uint64_t> fenced_writes_refused_{0};
   std::atomic<uint64_t> txns_committed_{0};
   std::atomic<uint64_t> appends_committed_{0};
   std::atomic<uint64_t> synced_appends_{0};
@@ -1624,6 +1628,8 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   internal::SendDeadlines deadline(options_.txn_attempt_timeout_ms,
                                    options_.txn_timeout_ms);
   absl::StatusOr<pb::TxnResponse> r;
+  const bool timed = options_.now_us && options_.on_sync;
+  const int64_t first_sent_us = timed ? options_.now_us() : 0;
   while (true) {
     txns_sent_.fetch_add(1);
     r = options_.client->Txn(txn, deadline.ms());
@@ -1733,6 +1739,11 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   if (absl::Status s = NoteFatal(CheckHeader(cluster_, r->header())); !s.ok()) {
     for (Item& item : items) Complete(item, s);
     return;
+  }
+  if (timed) {
+    uint64_t carried = group.approvals().size();
+    for (const auto& [gid, w] : group.writes()) carried += w.items.size();
+    options_.on_sync(options_.now_us() - first_sent_us, carried);
   }
   // The highest revision seen, for the restore check at the next open: a
   // synced local write, so not for every group.
@@ -1904,6 +1915,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
     const mvccpb::KeyValue* owner = FirstKv(st.responses(0));
     std::string who = owner == nullptr ? "nobody" : owner->value();
     std::replace(who.begin(), who.end(), '\n', ' ');
+    fenced_writes_refused_.fetch_add(1);
     const absl::Status lost = absl::UnavailableError(
         absl::StrCat("shard ", shard, " was lost (its owner is now ", who,
                      "): nothing more is written for it"));
@@ -2117,6 +2129,7 @@ absl::Status EtcdLog::Impl::RunRetention(int64_t now_ms) {
       absl::StatusOr<pb::TxnResponse> r = SendUntilAnswered(txn);
       if (!r.ok()) return r.status();
       if (!r->succeeded()) {
+        fenced_writes_refused_.fetch_add(1);
         const absl::Status lost = absl::UnavailableError(
             absl::StrCat("shard ", k, " was lost (retention's fence)"));
         LoseShard(k, epoch, lost);
@@ -2296,6 +2309,9 @@ uint64_t EtcdLog::appends_committed() const {
   return impl_->appends_committed();
 }
 uint64_t EtcdLog::appends_held() const { return impl_->appends_held(); }
+uint64_t EtcdLog::fenced_writes_refused() const {
+  return impl_->fenced_writes_refused();
+}
 double EtcdLog::MeanAppendsPerTxn() const { return impl_->MeanAppendsPerTxn(); }
 
 }  // namespace tcc::wal

@@ -121,6 +121,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -168,6 +169,14 @@ struct EtcdLogOptions {
   // The most compact entries a List that can match finished transactions
   // reads (see "Limits" above).
   size_t list_max_finished = 100000;
+  // Called by the committer after each group Txn etcd committed, with how
+  // long it took from its first send to etcd's answer (resends included)
+  // and how many appends it committed: the same figures as RocksDbLog's
+  // on_sync, for the same latency metric. `now_us` is the monotonic clock
+  // it is measured with (this library reads no clock). Both or neither;
+  // must be quick and thread-safe.
+  std::function<int64_t()> now_us;
+  std::function<void(int64_t txn_us, uint64_t appends)> on_sync;
 };
 
 // What InitCluster wrote, and what Open checks.
@@ -254,6 +263,10 @@ class EtcdLog final : public Log {
   // --max-request-bytes), each sent again smaller: 0 while the log's
   // limits are etcd's.
   uint64_t txns_refused_too_large() const;
+  // This node's Txns etcd refused on a shard's fence (the shard had another
+  // owner, or none): a group Txn's part for one shard, or a retention Txn.
+  // Each also loses the shard (its writes are answered UNAVAILABLE).
+  uint64_t fenced_writes_refused() const;
 
   class Impl;
 
