@@ -135,7 +135,9 @@ TEST_CASE("recovery progress: found at start, done once final") {
                    [](double v) { return v == 3; }) == 3);
   // bank-b is still down: none can finish.
   CHECK(Sample(c, "tccd_recovery_transactions{progress=\"done\"}") == 0);
-  CHECK(Sample(c, "tccd_unfinished_transactions") == 3);
+  // (Counted in etcd every 2 s in cluster mode.)
+  CHECK(WaitSample(c, "tccd_unfinished_transactions",
+                   [](double v) { return v == 3; }) == 3);
   REQUIRE(c.StartBank("bank-b").ok());
   REQUIRE(c.CheckFinal(gids, 60000).ok());
   CHECK(WaitSample(c, "tccd_recovery_transactions{progress=\"done\"}",
@@ -171,7 +173,7 @@ TEST_CASE(
       WaitSample(c, "tccd_wal_sync_seconds_count",
                  [&](double v) { return v >= syncs_before + 2; });
   CHECK(syncs >= syncs_before + 2);
-  CHECK(Sample(c, "tccd_wal_group_size_count") == syncs);
+  CHECK(Sample(c, "tccd_wal_group_size_count") >= syncs);
   CHECK(Sample(c, "tccd_wal_group_size_sum") >= syncs);
   CHECK(Sample(c, "tccd_wal_sync_seconds_sum") > 0);
   // The counters are sampled every 2 s in cluster mode.

@@ -201,7 +201,7 @@ TEST_CASE(
     "each group Txn is reported with its latency from the first send, "
     "resends included, and the appends it carried") {
   EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
-  auto h = Proxied(proxy, 300);
+  auto h = Proxied(proxy, 5000);  // no resend but the one asked for below
   std::mutex mu;
   std::vector<std::pair<int64_t, uint64_t>> reported;  // latency us, appends
   h->log_options().now_us = [] {

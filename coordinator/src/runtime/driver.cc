@@ -668,16 +668,27 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
 
   // Loads `gid` from the WAL (resuming it) after 100-300 ms, unless
   // something loaded it meanwhile.
-  void ScheduleReload(const std::string& gid) {
+  // `scanned`: the dropped owner counted in scanned_unfinished_, a count the
+  // loaded owner takes over (or that ends here, if it is final or gone).
+  void ScheduleReload(const std::string& gid, bool scanned) {
     std::weak_ptr<Impl> weak = weak_from_this();
     const int64_t delay =
         100 + static_cast<int64_t>(200.0 * options_.uniform01());
-    clock_.Schedule(delay, [weak, gid] {
+    clock_.Schedule(delay, [weak, gid, scanned] {
       if (auto self = weak.lock()) {
-        self->OnShard(gid, [gid](Impl& me, size_t sh) {
+        self->OnShard(gid, [gid, scanned](Impl& me, size_t sh) {
           wal::TxnSummary compact;
           const wal::TxnSummary* summary = nullptr;
           absl::StatusOr<Owner*> o = me.Load(sh, gid, &compact, &summary);
+          if (scanned) {
+            Owner* now = o.ok() ? *o : nullptr;
+            if (now != nullptr && !now->scanned &&
+                !wal::IsFinal(now->txn.state)) {
+              now->scanned = true;
+            } else {
+              --me.scanned_unfinished_;
+            }
+          }
           if (o.ok() && *o != nullptr) me.MaybeEvict(sh, gid);
           if (!o.ok()) {
             me.observer_->OnSignal(
@@ -985,8 +996,12 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     // looks at the flag, so one of the two sees the other.
     o->evict_wanted->store(true);
     if (o->unwritten->load() > 0) return;
+    // One a recovery scan found and reloaded keeps its count: the reload
+    // hands it to the owner it loads.
+    const bool reload = o->reload_when_dropped;
+    const bool scanned = reload && std::exchange(o->scanned, false);
     Release(*o);
-    if (o->reload_when_dropped) ScheduleReload(gid);
+    if (reload) ScheduleReload(gid, scanned);
     // Callers still waiting on a dropped owner learn it.
     auto callers = std::move(o->callers);
     shards_[s].owners.erase(gid);

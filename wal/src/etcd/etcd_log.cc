@@ -1629,7 +1629,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
                                    options_.txn_timeout_ms);
   absl::StatusOr<pb::TxnResponse> r;
   const bool timed = options_.now_us && options_.on_sync;
-  const int64_t first_sent_us = timed ? options_.now_us() : 0;
+  int64_t first_sent_us = timed ? options_.now_us() : 0;
   while (true) {
     txns_sent_.fetch_add(1);
     r = options_.client->Txn(txn, deadline.ms());
@@ -1670,6 +1670,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       }
       txn = group.Build(fences);
       attempt = 0;
+      if (timed) first_sent_us = options_.now_us();  // a Txn of its own
       continue;
     }
     if (etcd::IsNoSpace(e)) {

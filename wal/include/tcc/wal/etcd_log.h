@@ -170,8 +170,10 @@ struct EtcdLogOptions {
   // reads (see "Limits" above).
   size_t list_max_finished = 100000;
   // Called by the committer after each group Txn etcd committed, with how
-  // long it took from its first send to etcd's answer (resends included)
-  // and how many appends it committed: the same figures as RocksDbLog's
+  // long it took from its first send to etcd's answer (resends of the
+  // identical Txn included; a group split for etcd's limits is timed anew)
+  // and how many appends it carried (a gid refused inside it, on its
+  // compare or its shard's fence, included): the figures of RocksDbLog's
   // on_sync, for the same latency metric. `now_us` is the monotonic clock
   // it is measured with (this library reads no clock). Both or neither;
   // must be quick and thread-safe.
