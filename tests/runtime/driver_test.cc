@@ -1474,8 +1474,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "cluster: a lost log shard takes its transactions in doubt off the "
-    "gauge",
+    "cluster: a lost log shard takes its transactions off the in-doubt "
+    "and oldest-unfinished gauges",
     "[driver]") {
   Harness h(2);
   h.transport.faults("p1").partitioned = true;  // p1's Try: unknown
@@ -1485,6 +1485,10 @@ TEST_CASE(
   REQUIRE(h.Run([&] { return h.driver->in_doubt().transactions == 1; }, 5000));
   REQUIRE_FALSE(r->has_value());
   CHECK(h.driver->in_doubt().oldest_since_ms > 0);
+  const auto read = h.log.Read("g1");
+  REQUIRE(read.ok());
+  CHECK(h.driver->oldest_unfinished_registered_ms() ==
+        read->summary.registered_at_ms);
   h.driver->DropLogShard(0, absl::UnavailableError("its fence was refused"));
   REQUIRE(h.Wait(r, 1000));  // its owner dropped, the caller answered
   CHECK(absl::IsUnavailable(r->value().status()));
@@ -1493,6 +1497,7 @@ TEST_CASE(
   CHECK(h.driver->in_doubt().transactions == 0);
   CHECK(h.driver->in_doubt().oldest_since_ms == 0);
   CHECK(h.driver->stuck_branches() == 0);
+  CHECK(h.driver->oldest_unfinished_registered_ms() == 0);
 }
 
 TEST_CASE(
@@ -1594,6 +1599,7 @@ TEST_CASE(
   }));
   REQUIRE(h.Run([&] { return progress().unfinished == 0; }));
   CHECK(progress().found == 4);
+  CHECK(h.driver->oldest_unfinished_registered_ms() == 0);
   h.CheckInvariants();
 }
 

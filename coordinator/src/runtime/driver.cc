@@ -211,6 +211,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     Recovery* recovery_place = nullptr;
     // Its branches flagged STUCK, as last counted into Impl::stuck_.
     int stuck = 0;
+    // Its registration time (wall ms) as counted into unfinished_ while it
+    // is registered and not final; 0: not counted.
+    int64_t unfinished_since = 0;
     // Since when (wall ms) it is in doubt, as counted into in_doubt_; 0: not.
     int64_t in_doubt_since = 0;
     // What it holds as last charged to the memory budget (TxnBytes).
@@ -454,6 +457,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     return RecoveryProgress{
         found, std::min<uint64_t>(found, static_cast<uint64_t>(unfinished))};
   }
+  int64_t oldest_unfinished_registered_ms() {
+    std::lock_guard<std::mutex> lock(doubt_mu_);
+    return unfinished_.empty() ? 0 : *unfinished_.begin();
+  }
   InDoubt in_doubt() {
     std::lock_guard<std::mutex> lock(doubt_mu_);
     return InDoubt{static_cast<int64_t>(in_doubt_.size()),
@@ -505,9 +512,15 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
     stuck_ -= std::exchange(o.stuck, 0);
     if (std::exchange(o.scanned, false)) --scanned_unfinished_;
-    if (o.in_doubt_since != 0) {
+    if (o.in_doubt_since != 0 || o.unfinished_since != 0) {
       std::lock_guard<std::mutex> lock(doubt_mu_);
-      in_doubt_.erase(in_doubt_.find(std::exchange(o.in_doubt_since, 0)));
+      if (o.in_doubt_since != 0) {
+        in_doubt_.erase(in_doubt_.find(std::exchange(o.in_doubt_since, 0)));
+      }
+      if (o.unfinished_since != 0) {
+        unfinished_.erase(
+            unfinished_.find(std::exchange(o.unfinished_since, 0)));
+      }
     }
     budget_->Charge(-std::exchange(o.charged, 0));
   }
@@ -1010,9 +1023,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
   }
 
-  // Brings the gauges up to date with the owner: its STUCK flags, and
-  // whether it is in doubt (no decision yet, and a Try's outcome unknown
-  // after a failed attempt: tccd is asking, DESIGN.md section 1).
+  // Brings the gauges up to date with the owner: its STUCK flags, whether
+  // it is in doubt (no decision yet, and a Try's outcome unknown after a
+  // failed attempt: tccd is asking, DESIGN.md section 1), and whether it is
+  // unfinished (for the oldest one's age).
   void CountStuck(Owner& o) {
     int n = 0;
     bool doubt = false;
@@ -1035,6 +1049,17 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       } else {
         in_doubt_.erase(in_doubt_.find(o.in_doubt_since));
         o.in_doubt_since = 0;
+      }
+    }
+    const bool unfinished = o.txn.exists && !wal::IsFinal(o.txn.state);
+    if (unfinished != (o.unfinished_since != 0)) {
+      std::lock_guard<std::mutex> lock(doubt_mu_);
+      if (unfinished) {
+        o.unfinished_since = std::max<int64_t>(1, o.txn.registered_at_ms);
+        unfinished_.insert(o.unfinished_since);
+      } else {
+        unfinished_.erase(unfinished_.find(o.unfinished_since));
+        o.unfinished_since = 0;
       }
     }
   }
@@ -1341,6 +1366,8 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   std::atomic<int64_t> scanned_unfinished_{0};
   std::mutex doubt_mu_;
   std::multiset<int64_t> in_doubt_;  // Owner::in_doubt_since of each
+  // Owner::unfinished_since of each (guarded by doubt_mu_ too).
+  std::multiset<int64_t> unfinished_;
   std::atomic<RequestId> next_request_{1};
 };
 
@@ -1477,6 +1504,9 @@ BreakerState Driver::breaker_state(const std::string& participant) const {
 }
 
 int64_t Driver::stuck_branches() const { return impl_->stuck(); }
+int64_t Driver::oldest_unfinished_registered_ms() const {
+  return impl_->oldest_unfinished_registered_ms();
+}
 Driver::RecoveryProgress Driver::recovery_progress() const {
   return impl_->recovery_progress();
 }

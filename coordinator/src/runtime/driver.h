@@ -256,6 +256,10 @@ class Driver {
     int64_t oldest_since_ms = 0;
   };
   InDoubt in_doubt() const;
+  // When the oldest unfinished transaction this driver holds was registered
+  // (wall ms of the node that registered it; 0: none). Only those in memory:
+  // during a recovery scan, not yet the ones it has still to resume.
+  int64_t oldest_unfinished_registered_ms() const;
   // Recovery's progress over every scan since Start (the one at start, and
   // each adopted log shard's): the unfinished transactions the scans found
   // and resumed, and how many of them this driver still drives (not final

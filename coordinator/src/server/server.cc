@@ -606,9 +606,14 @@ void Server::Impl::WalStats() {
   if (fresh) backend_->ReconcileInFlight(stats.unfinished);
   const int64_t now = clock_->WallMs();
   const runtime::Driver::InDoubt doubt = driver_->in_doubt();
+  // The etcd log has no index by time: in cluster mode the oldest is the
+  // driver's, of the transactions it holds (every unfinished one of the
+  // shards this node owns, once their scans resumed them).
+  const int64_t oldest_registered_ms =
+      etcd_log_ != nullptr ? driver_->oldest_unfinished_registered_ms()
+                           : stats.oldest_unfinished_registered_ms;
   metrics_->SetUnfinished(static_cast<int64_t>(stats.unfinished),
-                          AgeMs(now, stats.oldest_unfinished_registered_ms),
-                          doubt.transactions,
+                          AgeMs(now, oldest_registered_ms), doubt.transactions,
                           AgeMs(now, doubt.oldest_since_ms));
   backend_->ExportRecovery();
   metrics_->SetStuckBranches(driver_->stuck_branches());
