@@ -200,10 +200,12 @@ TEST_CASE("a Txn committed while its reply is dropped ends OK, stored once") {
 TEST_CASE(
     "each group Txn is reported with its latency from the first send, "
     "resends included, and the appends it carried") {
-  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
-  auto h = Proxied(proxy, 5000);  // no resend but the one asked for below
+  // Made before the log, so that they outlive it (its close may still
+  // report a group).
   std::mutex mu;
   std::vector<std::pair<int64_t, uint64_t>> reported;  // latency us, appends
+  EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
+  auto h = Proxied(proxy, 5000);  // no resend but the one asked for below
   h->log_options().now_us = [] {
     return std::chrono::duration_cast<std::chrono::microseconds>(
                std::chrono::steady_clock::now().time_since_epoch())

@@ -1,6 +1,7 @@
 // Helpers for the WAL tests: building records, appending and waiting.
 #pragma once
 
+#include <chrono>
 #include <future>
 #include <string>
 #include <utility>
@@ -47,11 +48,18 @@ inline AppendRequest Req(const std::string& gid, std::vector<Record> records,
   return req;
 }
 
+// Waits at most 2 minutes (a log that never answers fails the test with
+// this, instead of hanging it until ctest's timeout with nothing said).
 inline absl::Status AppendAndWait(Log& log, AppendRequest request) {
   auto promise = std::make_shared<std::promise<absl::Status>>();
   std::future<absl::Status> result = promise->get_future();
+  const std::string gid = request.gid;
   log.Append(std::move(request),
              [promise](absl::Status s) { promise->set_value(std::move(s)); });
+  if (result.wait_for(std::chrono::minutes(2)) != std::future_status::ready) {
+    return absl::DeadlineExceededError("the log did not answer an append of " +
+                                       gid + " within 2 minutes");
+  }
   return result.get();
 }
 
