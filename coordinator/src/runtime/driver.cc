@@ -83,7 +83,10 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         observer_(observer != nullptr ? observer : &no_observer_),
         budget_(std::make_shared<MemoryBudget>(options_.max_in_flight_bytes)),
         rng_(options_.rng_seed) {
-    for (Executor* e : shards) shards_.push_back(Shard{e, {}, {}});
+    for (Executor* e : shards) {
+      shards_.push_back(
+          Shard{e, {}, {}, std::make_unique<Shard::Unfinished>()});
+    }
     if (!options_.uniform01) {
       options_.uniform01 = [this] {
         std::lock_guard<std::mutex> lock(rng_mu_);
@@ -211,8 +214,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     Recovery* recovery_place = nullptr;
     // Its branches flagged STUCK, as last counted into Impl::stuck_.
     int stuck = 0;
-    // Its registration time (wall ms) as counted into unfinished_ while it
-    // is registered and not final; 0: not counted.
+    // Its registration time (wall ms) as counted into its shard's
+    // Shard::unfinished while it is registered and not final; 0: not
+    // counted.
     int64_t unfinished_since = 0;
     // Since when (wall ms) it is in doubt, as counted into in_doubt_; 0: not.
     int64_t in_doubt_since = 0;
@@ -248,6 +252,13 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     // The gid a request is being handled for: not evicted meanwhile (its
     // recovery may finish it before the request is applied).
     std::string pinned;
+    // Owner::unfinished_since of its owners: written on the shard's
+    // executor, read by oldest_unfinished_registered_ms from any thread.
+    struct Unfinished {
+      std::mutex mu;
+      std::multiset<int64_t> since;
+    };
+    std::unique_ptr<Unfinished> unfinished;
   };
 
   absl::Status Start() {
@@ -458,8 +469,14 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         found, std::min<uint64_t>(found, static_cast<uint64_t>(unfinished))};
   }
   int64_t oldest_unfinished_registered_ms() {
-    std::lock_guard<std::mutex> lock(doubt_mu_);
-    return unfinished_.empty() ? 0 : *unfinished_.begin();
+    int64_t oldest = 0;
+    for (Shard& shard : shards_) {
+      std::lock_guard<std::mutex> lock(shard.unfinished->mu);
+      if (shard.unfinished->since.empty()) continue;
+      const int64_t first = *shard.unfinished->since.begin();
+      oldest = oldest == 0 ? first : std::min(oldest, first);
+    }
+    return oldest;
   }
   InDoubt in_doubt() {
     std::lock_guard<std::mutex> lock(doubt_mu_);
@@ -504,7 +521,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // its recovery window place, its share of the gauges (stuck branches, in
   // doubt) and of the memory budget. The one place for both ways an owner
   // goes (evicted, or its log shard dropped).
-  void Release(Owner& o) {
+  void Release(size_t s, Owner& o) {
     for (auto& [b, id] : o.retry_timers) clock_.Cancel(id);
     for (TimerId id : o.deadline_timers) clock_.Cancel(id);
     if (o.recovery_place != nullptr) {
@@ -512,15 +529,14 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
     stuck_ -= std::exchange(o.stuck, 0);
     if (std::exchange(o.scanned, false)) --scanned_unfinished_;
-    if (o.in_doubt_since != 0 || o.unfinished_since != 0) {
+    if (o.in_doubt_since != 0) {
       std::lock_guard<std::mutex> lock(doubt_mu_);
-      if (o.in_doubt_since != 0) {
-        in_doubt_.erase(in_doubt_.find(std::exchange(o.in_doubt_since, 0)));
-      }
-      if (o.unfinished_since != 0) {
-        unfinished_.erase(
-            unfinished_.find(std::exchange(o.unfinished_since, 0)));
-      }
+      in_doubt_.erase(in_doubt_.find(std::exchange(o.in_doubt_since, 0)));
+    }
+    if (o.unfinished_since != 0) {
+      Shard::Unfinished& u = *shards_[s].unfinished;
+      std::lock_guard<std::mutex> lock(u.mu);
+      u.since.erase(u.since.find(std::exchange(o.unfinished_since, 0)));
     }
     budget_->Charge(-std::exchange(o.charged, 0));
   }
@@ -536,7 +552,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         continue;
       }
       Owner& o = *it->second;
-      Release(o);
+      Release(s, o);
       auto callers = std::move(o.callers);
       it = owners.erase(it);
       for (auto& [rid, done] : callers) {
@@ -618,7 +634,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       }
     }
     Owner* o = owner.get();
-    CountStuck(*o);
+    CountStuck(s, *o);
     Recharge(*o);
     shards_[s].owners[gid] = std::move(owner);
     if (!wal::IsFinal(o->txn.state)) {
@@ -970,7 +986,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       Run(gid, *o, eff);
     }
     if (!r.effects.empty()) observer_->OnStepped(gid, o->txn);
-    CountStuck(*o);
+    CountStuck(s, *o);
     Recharge(*o);
     MaybeReleaseRecoveryPlace(*o);
     MaybeEvict(s, gid);
@@ -1013,7 +1029,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     // hands it to the owner it loads.
     const bool reload = o->reload_when_dropped;
     const bool scanned = reload && std::exchange(o->scanned, false);
-    Release(*o);
+    Release(s, *o);
     if (reload) ScheduleReload(gid, scanned);
     // Callers still waiting on a dropped owner learn it.
     auto callers = std::move(o->callers);
@@ -1027,7 +1043,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // it is in doubt (no decision yet, and a Try's outcome unknown after a
   // failed attempt: tccd is asking, DESIGN.md section 1), and whether it is
   // unfinished (for the oldest one's age).
-  void CountStuck(Owner& o) {
+  void CountStuck(size_t s, Owner& o) {
     int n = 0;
     bool doubt = false;
     for (const auto& br : o.txn.branches) {
@@ -1053,12 +1069,13 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     }
     const bool unfinished = o.txn.exists && !wal::IsFinal(o.txn.state);
     if (unfinished != (o.unfinished_since != 0)) {
-      std::lock_guard<std::mutex> lock(doubt_mu_);
+      Shard::Unfinished& u = *shards_[s].unfinished;
+      std::lock_guard<std::mutex> lock(u.mu);
       if (unfinished) {
         o.unfinished_since = std::max<int64_t>(1, o.txn.registered_at_ms);
-        unfinished_.insert(o.unfinished_since);
+        u.since.insert(o.unfinished_since);
       } else {
-        unfinished_.erase(unfinished_.find(o.unfinished_since));
+        u.since.erase(u.since.find(o.unfinished_since));
         o.unfinished_since = 0;
       }
     }
@@ -1366,8 +1383,6 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   std::atomic<int64_t> scanned_unfinished_{0};
   std::mutex doubt_mu_;
   std::multiset<int64_t> in_doubt_;  // Owner::in_doubt_since of each
-  // Owner::unfinished_since of each (guarded by doubt_mu_ too).
-  std::multiset<int64_t> unfinished_;
   std::atomic<RequestId> next_request_{1};
 };
 
