@@ -1500,15 +1500,21 @@ TEST_CASE(
   CHECK(h.driver->oldest_unfinished_registered_ms() == 0);
 }
 
+// A cluster node's driver: no shard until adopted by hand; participant
+// calls go once *calls_go is set.
+DriverOptions ShardsByHand(std::shared_ptr<std::atomic<bool>> calls_go) {
+  DriverOptions o;
+  o.adopt_shards_at_start = false;
+  o.may_call = [calls_go](const std::string&) { return calls_go->load(); };
+  return o;
+}
+
 TEST_CASE(
     "cluster: a shard is driven only once adopted; dropped and adopted "
     "again, its transactions resume with the higher epoch and finish",
     "[driver]") {
   auto calls_go = std::make_shared<std::atomic<bool>>(false);
-  DriverOptions o;
-  o.adopt_shards_at_start = false;
-  o.may_call = [calls_go](const std::string&) { return calls_go->load(); };
-  Harness h(2, o);
+  Harness h(2, ShardsByHand(calls_go));
   CHECK_FALSE(h.driver->OwnsShard(0));
   CHECK(h.driver->owner_epoch(0) == 0);
   Result early = h.Submit(h.Spec("g0", 2));
@@ -1565,10 +1571,7 @@ TEST_CASE(
     "final or handed on with the shard",
     "[driver]") {
   auto calls_go = std::make_shared<std::atomic<bool>>(false);
-  DriverOptions o;
-  o.adopt_shards_at_start = false;
-  o.may_call = [calls_go](const std::string&) { return calls_go->load(); };
-  Harness h(2, o);
+  Harness h(2, ShardsByHand(calls_go));
   auto progress = [&] { return h.driver->recovery_progress(); };
   REQUIRE(h.driver->AdoptShard(0).ok());
   // Registered here, not found by a scan: not recovery's.
