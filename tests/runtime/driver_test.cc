@@ -1662,6 +1662,47 @@ class ScanFailsOnce final : public ForwardingLog {
   std::atomic<bool> fail_next{true};
 };
 
+// Runs `before_each` with each gid the scan finds, just before handing it
+// on.
+class ScanWithHook final : public ForwardingLog {
+ public:
+  using ForwardingLog::ForwardingLog;
+  absl::Status ScanUnfinished(
+      uint32_t k,
+      const std::function<absl::Status(wal::TxnLog)>& visit) override {
+    return inner_.ScanUnfinished(k, [&](wal::TxnLog t) {
+      if (before_each) before_each(t.summary.gid);
+      return visit(std::move(t));
+    });
+  }
+  std::function<void(const std::string&)> before_each;
+};
+
+TEST_CASE(
+    "recovery progress counts a transaction a request loaded before the "
+    "scan resumed it",
+    "[driver]") {
+  Harness h(2);
+  h.RegisterWith("driver.before_try_send=error", "g", 1);  // g0, unfinished
+  ScanWithHook log(h.log);
+  DriverOptions o;
+  o.adopt_shards_at_start = false;
+  h.CrashAndRestart(o, log, &h.observer);
+  // A Get of g0 as the scan finds it: the request's load comes first, the
+  // scan's resumption is then moot.
+  Result got = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+  log.before_each = [&](const std::string& gid) {
+    h.driver->Get(gid, Into(got));
+  };
+  REQUIRE(h.driver->AdoptShard(0).ok());
+  REQUIRE(h.Wait(got));
+  REQUIRE(got->value().ok());
+  REQUIRE(h.Run([&] { return wal::IsFinal(h.StoredState("g0")); }));
+  REQUIRE(h.Run([&] { return h.driver->recovery_progress().found == 1; }));
+  REQUIRE(h.Run([&] { return h.driver->recovery_progress().unfinished == 0; }));
+  CHECK(h.driver->oldest_unfinished_registered_ms() == 0);
+}
+
 TEST_CASE(
     "cluster: the failure of a scan the shard was adopted past leaves the "
     "new adoption",
