@@ -370,6 +370,10 @@ int ConsolePort(BankCluster& c, const std::string& scheme) {
 
 TEST_CASE("the console shows what tccd holds, to admins only") {
   const std::string dir = tcc::harness::MakeTempDir("tccd-console");
+  // Removed last, after the browser (declared later) has exited: Chromium
+  // deletes its cache files as it goes, and a removal racing it failed
+  // the test with "cannot remove all: No such file or directory".
+  const tcc::harness::Cleanup cleanup{dir};
   const std::string artifacts = TCC_ARTIFACTS_DIR;
   std::filesystem::create_directories(artifacts);
   const std::string tokens = dir + "/admin-tokens";
@@ -510,7 +514,6 @@ TEST_CASE("the console shows what tccd holds, to admins only") {
   CHECK(browser.Eval("fetch('/api/status').then(r => r.status)").empty());
   browser.Navigate(origin + "/");
   CHECK(browser.WaitFor("location.pathname === '/login'"));
-  std::filesystem::remove_all(dir);
 }
 
 namespace {
@@ -552,6 +555,10 @@ int HttpsGet(int port, const std::string& ca,
 
 TEST_CASE("the console over mutual TLS: a listed certificate signs in") {
   const std::string dir = tcc::harness::MakeTempDir("tccd-console-tls");
+  // Removed last, after the browser (declared later) has exited: Chromium
+  // deletes its cache files as it goes, and a removal racing it failed
+  // the test with "cannot remove all: No such file or directory".
+  const tcc::harness::Cleanup cleanup{dir};
   auto pki = tcc::harness::MakeTestPki(dir + "/pki");
   REQUIRE(pki.ok());
   auto ops = pki->IssueClientCert("ops");
@@ -588,5 +595,4 @@ TEST_CASE("the console over mutual TLS: a listed certificate signs in") {
                  absl::StrCat("tccd_console=", kToken)) == 200);
   // Plain HTTP on the TLS port gets nothing.
   CHECK_THROWS(Http(port, http::verb::get, "/api/status"));
-  std::filesystem::remove_all(dir);
 }
