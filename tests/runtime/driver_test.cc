@@ -1662,6 +1662,15 @@ class ScanFailsOnce final : public ForwardingLog {
   std::atomic<bool> fail_next{true};
 };
 
+// g0 registered and left unfinished (its Try never sent), then the process
+// restarted over `log` (a wrapper of h.log) with no shard adopted yet.
+void LeaveUnfinishedAndRestart(Harness& h, wal::Log& log) {
+  h.RegisterWith("driver.before_try_send=error", "g", 1);
+  DriverOptions o;
+  o.adopt_shards_at_start = false;
+  h.CrashAndRestart(o, log, &h.observer);
+}
+
 // Runs `before_each` with each gid the scan finds, just before handing it
 // on.
 class ScanWithHook final : public ForwardingLog {
@@ -1683,11 +1692,8 @@ TEST_CASE(
     "scan resumed it",
     "[driver]") {
   Harness h(2);
-  h.RegisterWith("driver.before_try_send=error", "g", 1);  // g0, unfinished
   ScanWithHook log(h.log);
-  DriverOptions o;
-  o.adopt_shards_at_start = false;
-  h.CrashAndRestart(o, log, &h.observer);
+  LeaveUnfinishedAndRestart(h, log);
   // A Get of g0 as the scan finds it: the request's load comes first, the
   // scan's resumption is then moot.
   Result got = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
@@ -1712,11 +1718,8 @@ TEST_CASE(
   // adoption that is gone; the new one, with its own scan, stays, and its
   // transactions resume.
   Harness h(2);
-  h.RegisterWith("driver.before_try_send=error", "g", 1);  // g0, unfinished
   ScanFailsOnce log(h.log);
-  DriverOptions o;
-  o.adopt_shards_at_start = false;
-  h.CrashAndRestart(o, log, &h.observer);
+  LeaveUnfinishedAndRestart(h, log);
   absl::StatusOr<uint64_t> e1 = h.driver->AdoptShard(0);  // its scan queued
   REQUIRE(e1.ok());
   h.driver->DropLogShard(0, absl::UnavailableError("handed over"));

@@ -528,7 +528,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       std::exchange(o.recovery_place, nullptr)->ReleasePlace();
     }
     stuck_ -= std::exchange(o.stuck, 0);
-    if (std::exchange(o.scanned, false)) --scanned_unfinished_;
+    Unscan(o);
     if (o.in_doubt_since != 0) {
       std::lock_guard<std::mutex> lock(doubt_mu_);
       in_doubt_.erase(in_doubt_.find(std::exchange(o.in_doubt_since, 0)));
@@ -634,7 +634,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       }
     }
     Owner* o = owner.get();
-    CountStuck(s, *o);
+    UpdateGauges(s, *o);
     Recharge(*o);
     shards_[s].owners[gid] = std::move(owner);
     if (!wal::IsFinal(o->txn.state)) {
@@ -684,6 +684,11 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       }
       self.MaybeEvict(s, gid);  // it may have finished
     });
+  }
+
+  // `o` leaves the scanned ones still driven (it finished, or goes).
+  void Unscan(Owner& o) {
+    if (std::exchange(o.scanned, false)) --scanned_unfinished_;
   }
 
   // A transaction a scan found, now `o` (null: it finished and went).
@@ -986,7 +991,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       Run(gid, *o, eff);
     }
     if (!r.effects.empty()) observer_->OnStepped(gid, o->txn);
-    CountStuck(s, *o);
+    UpdateGauges(s, *o);
     Recharge(*o);
     MaybeReleaseRecoveryPlace(*o);
     MaybeEvict(s, gid);
@@ -1043,7 +1048,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   // it is in doubt (no decision yet, and a Try's outcome unknown after a
   // failed attempt: tccd is asking, DESIGN.md section 1), and whether it is
   // unfinished (for the oldest one's age).
-  void CountStuck(size_t s, Owner& o) {
+  void UpdateGauges(size_t s, Owner& o) {
     int n = 0;
     bool doubt = false;
     for (const auto& br : o.txn.branches) {
@@ -1264,7 +1269,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       observer_->OnSignal(gid, BranchId(o, sig->branch), *sig);
       MaybeReleaseRecoveryPlace(o);
       if (sig->kind == core::SignalKind::kFinished) {
-        if (std::exchange(o.scanned, false)) --scanned_unfinished_;
+        Unscan(o);
         observer_->OnFinished(gid, o.txn.state,
                               clock_.WallMs() - o.txn.registered_at_ms);
       }
