@@ -982,14 +982,26 @@ class RefusingLog final : public ForwardingLog {
   using ForwardingLog::ForwardingLog;
   void Append(wal::AppendRequest r, wal::AppendDone done) override {
     if (refuse_.count(++appends_)) {
+      refused_ = true;
       done(absl::ResourceExhaustedError("WAL: appends are waiting"));
       return;
     }
     inner_.Append(std::move(r), std::move(done));
   }
+  // After the first refusal, the next `failing_reads_` reads fail as an
+  // unreachable store's do.
+  absl::StatusOr<wal::TxnLog> Read(std::string_view gid) override {
+    if (refused_ && failing_reads_ > 0) {
+      --failing_reads_;
+      return absl::UnavailableError("WAL: can't read (test)");
+    }
+    return inner_.Read(gid);
+  }
 
   std::set<int> refuse_;  // 1-based numbers of the appends to refuse
   int appends_ = 0;
+  bool refused_ = false;
+  int failing_reads_ = 0;
 };
 
 TEST_CASE(
@@ -1025,6 +1037,41 @@ TEST_CASE(
       CHECK(r->value().status().code() == absl::StatusCode::kUnavailable);
     }
     h.CheckEndsConfirmed("g1");
+    h.driver.reset();
+  }
+}
+
+TEST_CASE(
+    "a transaction whose reload after a refused append fails (its log "
+    "unreadable for a while) is loaded again until it is, and finished",
+    "[driver]") {
+  for (int refused : {2, 3, 4}) {
+    INFO("refused append " << refused);
+    Harness h(2);
+    h.driver.reset();
+    RefusingLog refusing(h.log);
+    refusing.refuse_ = {refused};
+    refusing.failing_reads_ = 4;
+    RecordingObserver seen;
+    int reload_alerts = 0;
+    seen.on_signal = [&](const std::string&, const core::SignalEffect& e) {
+      if (e.text.find("reloading after a refused WAL append") !=
+          std::string::npos) {
+        ++reload_alerts;
+      }
+    };
+    h.driver = std::make_unique<Driver>(
+        h.options, std::vector<Executor*>{&h.exec, &h.exec, &h.exec}, h.clock,
+        h.transport, refusing, &seen);
+    REQUIRE(h.driver->Start().ok());
+    core::SubmitSpec spec = h.Spec("g1", 2);
+    spec.try_timeout_ms = 60'000;  // outlasts the reloads' backoff
+    Result r = h.Submit(std::move(spec));
+    REQUIRE(h.Wait(r));
+    h.CheckEndsConfirmed("g1");
+    CHECK(refusing.failing_reads_ == 0);  // the reloads did fail first
+    // One alert for the stalled reload, not one per attempt.
+    CHECK(reload_alerts == 1);
     h.driver.reset();
   }
 }

@@ -701,19 +701,40 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   // Loads `gid` from the WAL (resuming it) after 100-300 ms, unless
-  // something loaded it meanwhile.
+  // something loaded it meanwhile. A read that fails (the log unreachable
+  // for a while) is tried again, the wait doubling up to 5-15 s, for as
+  // long as the gid's shard is this node's: nothing else would load the
+  // transaction before a request for it, and until then its branches'
+  // reservations would be held with no one driving it. The first failure
+  // raises an alert; DATA_LOSS stops the process (Load).
   // `scanned`: the dropped owner counted in scanned_unfinished_, a count the
   // loaded owner takes over (or that ends here, if it is final or gone).
-  void ScheduleReload(const std::string& gid, bool scanned) {
+  void ScheduleReload(const std::string& gid, bool scanned, int attempt = 0) {
     std::weak_ptr<Impl> weak = weak_from_this();
+    const int64_t base =
+        std::min<int64_t>(int64_t{100} << std::min(attempt, 6), 5'000);
     const int64_t delay =
-        100 + static_cast<int64_t>(200.0 * options_.uniform01());
-    clock_.Schedule(delay, [weak, gid, scanned] {
+        base + static_cast<int64_t>(2.0 * base * options_.uniform01());
+    clock_.Schedule(delay, [weak, gid, scanned, attempt] {
       if (auto self = weak.lock()) {
-        self->OnShard(gid, [gid, scanned](Impl& me, size_t sh) {
+        self->OnShard(gid, [gid, scanned, attempt](Impl& me, size_t sh) {
           wal::TxnSummary compact;
           const wal::TxnSummary* summary = nullptr;
           absl::StatusOr<Owner*> o = me.Load(sh, gid, &compact, &summary);
+          if (!o.ok() && !absl::IsDataLoss(o.status()) &&
+              !me.LogShardLost(gid)) {
+            if (attempt == 0) {
+              me.observer_->OnSignal(
+                  gid, "",
+                  core::SignalEffect{
+                      core::SignalKind::kAlert, -1,
+                      absl::StrCat("reloading after a refused WAL append: ",
+                                   o.status().ToString(),
+                                   " (tried again until it loads)")});
+            }
+            me.ScheduleReload(gid, scanned, attempt + 1);
+            return;
+          }
           if (scanned) {
             Owner* now = o.ok() ? *o : nullptr;
             if (now != nullptr && !now->scanned &&
@@ -724,14 +745,6 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
             }
           }
           if (o.ok() && *o != nullptr) me.MaybeEvict(sh, gid);
-          if (!o.ok()) {
-            me.observer_->OnSignal(
-                gid, "",
-                core::SignalEffect{core::SignalKind::kAlert, -1,
-                                   absl::StrCat("reloading after a refused "
-                                                "WAL append: ",
-                                                o.status().ToString())});
-          }
         });
       }
     });
