@@ -885,7 +885,7 @@ TEST_CASE(
   };
   {
     absl::StatusOr<std::unique_ptr<internal::Archive>> a =
-        internal::Archive::Open(path);
+        internal::Archive::Open(path, nullptr);
     REQUIRE(a.ok());
     REQUIRE((*a)->PutAll({finished("old", 10), finished("again", 20)}).ok());
     // "again" is erased, registered anew and finished later: its first
@@ -918,7 +918,7 @@ TEST_CASE(
     REQUIRE(db->Delete(rocksdb::WriteOptions(), "m/finish_index").ok());
   }
   absl::StatusOr<std::unique_ptr<internal::Archive>> a =
-      internal::Archive::Open(path);
+      internal::Archive::Open(path, nullptr);
   REQUIRE(a.ok());
   absl::StatusOr<size_t> erased = (*a)->EraseFinishedBefore(100);
   REQUIRE(erased.ok());

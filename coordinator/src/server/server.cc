@@ -128,6 +128,17 @@ class Server::Impl {
 
 namespace {
 
+// RocksDB's warnings and errors (the WAL's, the cluster archive's) in
+// tccd's log.
+void RocksDbInfoLog(rocksdb_env::InfoLogSeverity severity,
+                    std::string_view line) {
+  if (severity == rocksdb_env::InfoLogSeverity::kError) {
+    spdlog::error("rocksdb: {}", line);
+  } else {
+    spdlog::warn("rocksdb: {}", line);
+  }
+}
+
 // How long ago `since_ms` was (ms; 0 when it is 0: none).
 int64_t AgeMs(int64_t now_ms, int64_t since_ms) {
   return since_ms == 0 ? 0 : std::max<int64_t>(0, now_ms - since_ms);
@@ -291,14 +302,7 @@ absl::Status Server::Impl::Start(const Config& config,
   }
   wal::RocksDbLogOptions wal_options;
   wal_options.data_dir = (std::filesystem::path(config.data_dir) / "wal");
-  wal_options.info_log = [](rocksdb_env::InfoLogSeverity severity,
-                            std::string_view line) {
-    if (severity == rocksdb_env::InfoLogSeverity::kError) {
-      spdlog::error("rocksdb: {}", line);
-    } else {
-      spdlog::warn("rocksdb: {}", line);
-    }
-  };
+  wal_options.info_log = RocksDbInfoLog;
   wal_options.retention.full_record_ms = config.retention.full_record_ms;
   wal_options.retention.compact_entry_ms = config.retention.compact_entry_ms;
   wal_options.retention.max_bytes = config.retention.max_bytes;
@@ -762,6 +766,7 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config,
   lo.node_address = cl.advertise_address;
   lo.lease_id = node_->lease_id();
   lo.archive_dir = (std::filesystem::path(config.data_dir) / "archive");
+  lo.info_log = RocksDbInfoLog;
   lo.retention.full_record_ms = config.retention.full_record_ms;
   lo.retention.compact_entry_ms = cl.dedup_window_ms;
   lo.retention.max_bytes = config.retention.max_bytes;

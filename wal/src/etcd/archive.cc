@@ -7,9 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "record_codec.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
 #include "rocksdb/write_batch.h"
+#include "tcc/rocksdb_env/owner_only_files.h"
 
 namespace tcc::wal::internal {
 namespace {
@@ -74,28 +76,42 @@ std::mutex& RevisionMu() {
 
 }  // namespace
 
-Archive::Archive(std::unique_ptr<rocksdb::DB> db, std::string dir)
-    : db_(std::move(db)), dir_(std::move(dir)) {}
+Archive::Archive(std::unique_ptr<rocksdb::Env> env,
+                 std::unique_ptr<rocksdb::DB> db, std::string dir)
+    : env_(std::move(env)), db_(std::move(db)), dir_(std::move(dir)) {}
 
 Archive::~Archive() = default;
 
-absl::StatusOr<std::unique_ptr<Archive>> Archive::Open(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
+absl::StatusOr<std::unique_ptr<Archive>> Archive::Open(
+    const std::string& dir, rocksdb_env::InfoLogSink info_log) {
+  if (std::error_code ec = rocksdb_env::CreateOwnerOnlyDirectories(dir); ec) {
     return absl::UnavailableError(
         absl::StrCat("archive: can't create ", dir, ": ", ec.message()));
   }
-  std::filesystem::permissions(dir, std::filesystem::perms::owner_all,
-                               std::filesystem::perm_options::replace, ec);
+  // It holds finished transactions' payloads: nothing in it is for group or
+  // others.
+  int tightened = 0;
+  if (std::error_code ec = rocksdb_env::RestrictToOwner(dir, &tightened); ec) {
+    return absl::UnavailableError(absl::StrCat("archive: can't make ", dir,
+                                               " owner-only: ", ec.message()));
+  }
+  if (tightened > 0 && info_log) {
+    info_log(
+        rocksdb_env::InfoLogSeverity::kWarning,
+        absl::StrCat("archive: ", tightened, " files and directories in ", dir,
+                     " were open to group or others; made owner-only"));
+  }
   rocksdb::Options options;
   options.create_if_missing = true;
-  options.keep_log_file_num = 2;
+  options.info_log = rocksdb_env::NewInfoLog(std::move(info_log));
+  std::unique_ptr<rocksdb::Env> env =
+      rocksdb::NewCompositeEnv(rocksdb_env::NewOwnerOnlyFileSystem(nullptr));
+  options.env = env.get();
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s = rocksdb::DB::Open(options, dir, &raw);
   if (!s.ok()) return FromRocks(s, absl::StrCat("opening ", dir));
   std::unique_ptr<Archive> archive(
-      new Archive(std::unique_ptr<rocksdb::DB>(raw), dir));
+      new Archive(std::move(env), std::unique_ptr<rocksdb::DB>(raw), dir));
   if (absl::Status i = archive->IndexOnce(); !i.ok()) return i;
   return archive;
 }

@@ -25,18 +25,23 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "tcc/rocksdb_env/info_log.h"
 #include "tcc/wal/log.h"
 
 namespace rocksdb {
 class DB;
+class Env;
 }  // namespace rocksdb
 
 namespace tcc::wal::internal {
 
 class Archive {
  public:
+  // Files 0600 and directories 0700, as the RocksDB log's (one left looser
+  // is tightened, with a warning); RocksDB's warnings and errors go to
+  // `info_log` (null: stderr), never to a LOG file in `dir`.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Archive>> Open(
-      const std::string& dir);
+      const std::string& dir, rocksdb_env::InfoLogSink info_log);
   ~Archive();
   Archive(const Archive&) = delete;
   Archive& operator=(const Archive&) = delete;
@@ -58,9 +63,11 @@ class Archive {
   uint64_t BytesOnDisk() const;
 
  private:
-  explicit Archive(std::unique_ptr<rocksdb::DB> db, std::string dir);
+  Archive(std::unique_ptr<rocksdb::Env> env, std::unique_ptr<rocksdb::DB> db,
+          std::string dir);
   // Adds the f/ keys to an archive that has none yet (see above).
   absl::Status IndexOnce();
+  std::unique_ptr<rocksdb::Env> env_;  // outlives db_
   std::unique_ptr<rocksdb::DB> db_;
   const std::string dir_;
   // Put, PutAll, Erase and EraseFinishedBefore's check-and-delete.

@@ -2217,7 +2217,7 @@ absl::StatusOr<std::unique_ptr<EtcdLog>> EtcdLog::Open(EtcdLogOptions options) {
       ReadCluster(*options.client, options.key_prefix);
   if (!cluster.ok()) return cluster.status();
   absl::StatusOr<std::unique_ptr<Archive>> archive =
-      Archive::Open(options.archive_dir);
+      Archive::Open(options.archive_dir, options.info_log);
   if (!archive.ok()) return archive.status();
   absl::StatusOr<int64_t> seen = (*archive)->MaxRevision();
   if (!seen.ok()) return seen.status();

@@ -127,6 +127,7 @@
 
 #include "absl/status/statusor.h"
 #include "tcc/etcd/client.h"
+#include "tcc/rocksdb_env/info_log.h"
 #include "tcc/wal/log.h"
 
 namespace tcc::wal {
@@ -137,8 +138,11 @@ struct EtcdLogOptions {
   std::string node_id;
   std::string node_address;  // written into the owner keys it creates
   int64_t lease_id = 0;      // the node's lease (cluster membership)
-  // The local archive of finished transactions' full records.
+  // The local archive of finished transactions' full records (a RocksDB,
+  // owner-only files), and where its RocksDB warnings and errors go (null:
+  // stderr).
   std::string archive_dir;
+  rocksdb_env::InfoLogSink info_log = nullptr;
   RetentionPolicy retention;
   int64_t min_dedup_window_ms = 0;
   // etcd's --max-txn-ops and --max-request-bytes (the group's limits).
