@@ -344,8 +344,15 @@ std::string BankCluster::ClusterYaml() const {
   if (!pki_) {
     absl::StrAppend(&yaml, "participants:\n");
     for (const auto& name : options_.banks) {
-      absl::StrAppend(&yaml, "  ", name,
-                      ":\n    address: 127.0.0.1:", bank_ports_.at(name), "\n");
+      auto py = options_.python_banks.find(name);
+      const bool http =
+          py != options_.python_banks.end() && py->second.protocol == "http";
+      absl::StrAppend(
+          &yaml, "  ", name, ":\n",
+          http ? absl::StrCat("    protocol: http\n    url: http://127.0.0.1:",
+                              bank_ports_.at(name), "\n")
+               : absl::StrCat("    address: 127.0.0.1:", bank_ports_.at(name),
+                              "\n"));
     }
   }
   return yaml;
