@@ -16,7 +16,10 @@
 //   fsync        strace attached to tccd makes every fsync/fdatasync fail
 //                with EIO: tccd must exit non-zero (fail-stop), not go on;
 //                restarted normally. Without ptrace: failpoint
-//                `wal.before_sync=error`.
+//                `wal.before_sync=error`. Not in cluster mode (tccd on etcd
+//                with TCC_TCCD_WAL=etcd, as the harness's other tests: it
+//                writes no local WAL; etcd unreachable is
+//                cluster_integration_test's)
 //   clock        tccd restarted under libfaketime with its wall clock 30 s
 //                ahead or behind (monotonic clock untouched), run a while,
 //                then restarted on the true clock (a second jump)
@@ -83,10 +86,14 @@ constexpr const char* kFaultNames[kFaultKinds] = {
     "failpoint", "kill9", "participant", "pause", "fsync", "clock"};
 
 // tccd's failpoints: every persistence point of the WAL and the point
-// between two effects of the driver.
+// between two effects of the driver; in cluster mode, the etcd log's point
+// between a finishing Txn's commit and its archive write instead of the
+// RocksDB log's.
 const std::vector<std::string> kTccdFailpoints = {
     "driver.before_effect", "wal.before_write", "wal.after_write",
     "wal.before_sync", "wal.after_sync"};
+const std::vector<std::string> kEtcdFailpoints = {"driver.before_effect",
+                                                  "etcd_log.before_archive"};
 
 struct Flags {
   double seconds = 60;
@@ -198,6 +205,8 @@ class Drill {
   int64_t submit_errors_ = 0;
 
   int faults_[kFaultKinds] = {};
+  // The failpoints of tccd's WAL (kTccdFailpoints or kEtcdFailpoints).
+  const std::vector<std::string>* failpoints_ = &kTccdFailpoints;
   int failpoint_unfired_ = 0;
   std::map<std::string, int> failpoint_fired_;
   int tccd_restarts_ = 0;
@@ -259,6 +268,7 @@ absl::Status Drill::Setup() {
   o.pg_url = flags_.pg_url;
   o.tccd_args = {"--config", config_path_};
   cluster_ = std::make_unique<BankCluster>(o);
+  if (cluster_->on_etcd()) failpoints_ = &kEtcdFailpoints;
   return cluster_->Start();
 }
 
@@ -366,7 +376,7 @@ void Drill::MeasureRecovery(const std::set<std::string>& in_flight,
 absl::Status Drill::FaultFailpoint() {
   // Each failpoint in turn; where in its run it fires is random.
   const std::string& point =
-      kTccdFailpoints[faults_[kFailpoint] % kTccdFailpoints.size()];
+      (*failpoints_)[faults_[kFailpoint] % failpoints_->size()];
   const uint64_t n =
       point == "driver.before_effect" ? 1 + rng_() % 400 : 1 + rng_() % 30;
   const std::string spec = absl::StrCat(point, "=crash@", n);
@@ -656,11 +666,12 @@ int Drill::Run() {
   // The kinds in turn until the time is up, and at least until every kind
   // ran and every failpoint was tried once (bounded).
   const int min_rounds =
-      kFaultKinds * (static_cast<int>(kTccdFailpoints.size()) - 1) + 1;
+      kFaultKinds * (static_cast<int>(failpoints_->size()) - 1) + 1;
   for (int round = 0; round < 100000; ++round) {
     const bool all_kinds = round >= std::max(min_rounds, kFaultKinds);
     if (all_kinds && MsSince(start) >= budget_ms) break;
     const int kind = round % kFaultKinds;
+    if (kind == kFsync && cluster_->on_etcd()) continue;
     SleepMs(200 + static_cast<int64_t>(rng_() % 600));  // let work pile up
     absl::Status s;
     switch (kind) {
@@ -702,7 +713,7 @@ int Drill::Run() {
   const int64_t p50 = rec.empty() ? 0 : rec[rec.size() / 2];
   const int64_t max = rec.empty() ? 0 : rec.back();
   std::string fired;
-  for (const auto& point : kTccdFailpoints) {
+  for (const auto& point : *failpoints_) {
     absl::StrAppend(&fired, fired.empty() ? "" : ",", point, ":",
                     failpoint_fired_[point]);
   }
