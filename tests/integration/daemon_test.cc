@@ -558,12 +558,14 @@ TEST_CASE("limits.max_in_flight: new transactions beyond it are refused") {
   CHECK_OK(c.CheckFinal(gids, 45000));
 }
 
-// RocksDB-only: the slow sync is a failpoint of the RocksDB WAL.
-TEST_CASE("a Submit whose deadline the WAL's queue cannot meet is shed",
-          "[rocksdb-only]") {
+TEST_CASE("a Submit whose deadline the WAL's queue cannot meet is shed") {
   ClusterOptions o = Options("shed");
-  // Every WAL sync takes 300 ms: a registration is durable after that.
-  o.tccd_env = {{"TCC_FAILPOINTS", "wal.before_sync=sleep(300)"}};
+  // Every WAL sync (on etcd: every group commit's Txn) takes 300 ms: a
+  // registration is durable after that.
+  o.tccd_env = {
+      {"TCC_FAILPOINTS", tcc::harness::EtcdFromEnvironment().endpoints.empty()
+                             ? "wal.before_sync=sleep(300)"
+                             : "etcd_log.before_txn=sleep(300)"}};
   BankCluster c(o);
   REQUIRE(c.Start().ok());
   auto client = c.NewClient(1, 10000);

@@ -1632,7 +1632,13 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   int64_t first_sent_us = timed ? options_.now_us() : 0;
   while (true) {
     txns_sent_.fetch_add(1);
-    r = options_.client->Txn(txn, deadline.ms());
+    // `error`: not sent, taken as a send whose outcome is unknown (the
+    // identical Txn again); `sleep`: a slow etcd.
+    if (absl::Status f = failpoint::Eval("etcd_log.before_txn"); !f.ok()) {
+      r = f;
+    } else {
+      r = options_.client->Txn(txn, deadline.ms());
+    }
     NoteReachable(r.status());
     if (r.ok()) break;
     const absl::Status& e = r.status();
