@@ -65,6 +65,10 @@
 
 namespace {
 
+// The admin token of the drills that make admin calls (drill 5's tccctl
+// drain, the routing test), in every node's --admin-token-file.
+constexpr char kAdminToken[] = "routing-test-token-0123456789abcdef";
+
 namespace v1 = tcc::v1;
 using tcc::etcd::testing::EtcdCluster;
 using tcc::harness::BankCluster;
@@ -797,7 +801,18 @@ TEST_CASE("drill 4: etcd loses one member, then its quorum, then both back",
 
 TEST_CASE("drill 5: a fourth node joins and one is drained, under load",
           "[cluster-drill]") {
-  Rig rig("join-drain", false);
+  // The drain as an operator makes it: `tccctl drain` at a node, with an
+  // admin token every node accepts.
+  const std::string tokens_dir =
+      tcc::harness::MakeTempDir("tccd-cluster-drain-tokens");
+  const tcc::harness::Cleanup cleanup{tokens_dir};
+  const std::string tokens = tokens_dir + "/admin-tokens";
+  std::ofstream(tokens) << "alice " << kAdminToken << "\n";
+  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
+  const std::string token_file = tokens_dir + "/token";
+  std::ofstream(token_file) << kAdminToken << "\n";
+  REQUIRE(chmod(token_file.c_str(), 0600) == 0);
+  Rig rig("join-drain", false, {"--admin-token-file", tokens});
   rig.StartNodes(3);
   rig.StartLoad();
   REQUIRE(rig.WaitAcknowledged(0, 20, 30000));
@@ -821,7 +836,22 @@ TEST_CASE("drill 5: a fourth node joins and one is drained, under load",
   in_flight.insert(in_flight_drain.begin(), in_flight_drain.end());
   const int shards = rig.Owners()[id];
   const auto t1 = SteadyClock::now();
-  REQUIRE(rig.nodes().Drain(drained).ok());
+  // Asked at another node (any node serves the Admin API); tccctl waits
+  // until the drained node owns no shard.
+  auto tccctl = tcc::harness::Process::Start(tcc::harness::ProcessOptions{
+      {TCC_TCCCTL_BIN, "--addr", rig.nodes().address(1), "--token-file",
+       token_file, "drain", id, "--wait", "20s"},
+      {},
+      "",
+      "tccctl"});
+  REQUIRE(tccctl.ok());
+  auto drain_status = (*tccctl)->Wait(30000);
+  const std::string drain_output = (*tccctl)->Output();
+  INFO(drain_output);
+  REQUIRE(drain_status.ok());
+  CHECK(WIFEXITED(*drain_status));
+  CHECK(WEXITSTATUS(*drain_status) == 0);
+  CHECK(drain_output.find(id + " owns no shard now") != std::string::npos);
   std::set<std::string> others = rig.AliveIds();
   others.erase(id);
   const int64_t drained_ms = rig.WaitOwnedBy(others, t1, 20000);
@@ -1057,8 +1087,6 @@ TEST_CASE("extra: every node cut from etcd past its lease", "[cluster-drill]") {
 }
 
 namespace {
-
-constexpr char kAdminToken[] = "routing-test-token-0123456789abcdef";
 
 // tccctl's call layer at one node, as an operator with kAdminToken.
 tcc::tccctl::AdminClient AdminAt(const std::string& address) {

@@ -103,7 +103,8 @@ class TccdNodes {
   [[nodiscard]] absl::StatusOr<std::string> ScrapeMetrics(int i);
   // One linearizable read of nodes/, drain/ and the shards' owners.
   [[nodiscard]] absl::StatusOr<wal::Membership> ReadMembership();
-  // drain/<node id of i> (wal::MarkDraining; until `tccctl drain`).
+  // drain/<node id of i> written straight to etcd (wal::MarkDraining, what
+  // the Admin API's Drain writes; drill 5 drains through `tccctl drain`).
   [[nodiscard]] absl::Status Drain(int i);
   etcd::Client* etcd() { return etcd_.get(); }
 
