@@ -1479,5 +1479,40 @@ TEST_CASE("a prefix with no cluster, or another etcd, is refused") {
   CHECK(absl::IsDataLoss(ReadCluster(**client, prefix).status()));
 }
 
+TEST_CASE(
+    "a node whose archive saw a later etcd revision than etcd has now "
+    "refuses to open it: etcd was restored from a snapshot (DATA_LOSS)",
+    "[etcd]") {
+  EtcdHarness h(RetentionPolicy{});
+  REQUIRE(Register(h.log(), "seen").ok());
+  absl::StatusOr<pb::StatusResponse> status = h.client().Status();
+  REQUIRE(status.ok());
+  const int64_t now = status->header().revision();
+  // The archive of a node that saw `revision` (it keeps the highest it saw).
+  auto open_with_seen = [&](const TempDir& dir, int64_t revision) {
+    EtcdLogOptions o = h.log_options();
+    o.archive_dir = dir.str() + "/archive";
+    {
+      absl::StatusOr<std::unique_ptr<internal::Archive>> a =
+          internal::Archive::Open(o.archive_dir, nullptr);
+      REQUIRE(a.ok());
+      REQUIRE((*a)->RaiseMaxRevision(revision).ok());
+    }
+    return EtcdLog::Open(o);
+  };
+  const TempDir behind;
+  absl::StatusOr<std::unique_ptr<EtcdLog>> refused =
+      open_with_seen(behind, now + 1000);
+  CHECK(absl::IsDataLoss(refused.status()));
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Contains("restored from a snapshot"));
+  // What it saw is etcd's own revision or older: it opens.
+  const TempDir current;
+  absl::StatusOr<std::unique_ptr<EtcdLog>> opened =
+      open_with_seen(current, now);
+  INFO(opened.status().ToString());
+  CHECK(opened.ok());
+}
+
 }  // namespace
 }  // namespace tcc::wal::testing
