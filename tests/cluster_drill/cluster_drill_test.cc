@@ -57,10 +57,13 @@
 #include "bank_cluster.h"
 #include "bank_load.h"
 #include "etcd_test_env.h"
+#include "tcc/client/coordinator_client.h"
+#include "tcc/tls/credentials.h"
 #include "tcc/wal/log.h"
 #include "tccctl/admin_client.h"
 #include "tccd_nodes.h"
 #include "tcp_fault_proxy.h"
+#include "test_certs.h"
 #include "test_dirs.h"
 
 namespace {
@@ -129,8 +132,11 @@ std::string Shell(const std::string& cmd) {
 // metrics.
 class Rig {
  public:
+  // `node_yaml`: more top-level YAML for every node's config (e.g. tls:);
+  // `cluster_yaml`: more of its cluster: section (TccdNodesOptions).
   Rig(const std::string& name, bool own_etcd,
-      std::vector<std::string> node_args = {})
+      std::vector<std::string> node_args = {}, std::string node_yaml = "",
+      std::string cluster_yaml = "")
       : name_(name) {
     if (own_etcd) {
       auto etcd = EtcdCluster::Start({.members = 3});
@@ -170,7 +176,9 @@ class Rig {
         "    all: {min_ms: 20, max_ms: 1000, initial_ms: 500}\n"
         "retry:\n"
         "  base_ms: 20\n"
-        "  cap_ms: 500\n";
+        "  cap_ms: 500\n" +
+        node_yaml;
+    no.cluster_extra = std::move(cluster_yaml);
     no.extra_args = std::move(node_args);
     nodes_ = std::make_unique<TccdNodes>(no);
   }
@@ -294,6 +302,21 @@ class Rig {
       SleepMs(20);
     }
     return -1;
+  }
+
+  // Waits until every shard is owned by one of `owners` and each of them
+  // owns at least one (the shares settled enough for a test that needs a
+  // gid at each node); false after timeout_ms.
+  bool WaitEachOwns(const std::set<std::string>& owners, int64_t timeout_ms) {
+    const auto since = SteadyClock::now();
+    while (MsSince(since) < timeout_ms) {
+      std::map<std::string, int> now = Owners();
+      bool ok = now.size() == owners.size();
+      for (const std::string& o : owners) ok = ok && now[o] > 0;
+      if (ok) return true;
+      SleepMs(20);
+    }
+    return false;
   }
 
   // How many shards each node owns (etcd); "" for unowned.
@@ -1159,7 +1182,7 @@ TEST_CASE(
   rig.StartNodes(2);
   const std::string one = rig.nodes().node_id(0);
   const std::string two = rig.nodes().node_id(1);
-  REQUIRE(rig.WaitOwnedBy({one, two}, SteadyClock::now(), 30000) >= 0);
+  REQUIRE(rig.WaitEachOwns({one, two}, 30000));
   tcc::client::ClientOptions at_one;
   at_one.addresses = {rig.nodes().address(0)};
   tcc::client::CoordinatorClient client_one(at_one);
@@ -1322,4 +1345,61 @@ TEST_CASE(
   CHECK(rig.banks()
             .CheckFinal({done.gid(), gated.gid(), open.gid()}, 30000)
             .ok());
+}
+
+TEST_CASE(
+    "routing: nodes whose listeners are mutual TLS forward to each other "
+    "with cluster.peers' client certificate",
+    "[cluster-routing]") {
+  const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-tls-pki");
+  const tcc::harness::Cleanup cleanup{dir};
+  absl::StatusOr<tcc::harness::TestPki> pki = tcc::harness::MakeTestPki(dir);
+  INFO(pki.status().ToString());
+  REQUIRE(pki.ok());
+  absl::StatusOr<tcc::harness::CertFiles> node_cert =
+      pki->IssueClientCert("tccd-node");
+  absl::StatusOr<tcc::harness::CertFiles> app_cert =
+      pki->IssueClientCert("app");
+  REQUIRE(node_cert.ok());
+  REQUIRE(app_cert.ok());
+  auto q = [](const std::string& path) { return "\"" + path + "\""; };
+  const std::string listener = absl::StrCat(
+      "tls:\n  mode: mtls\n  cert_file: ", q(pki->server().cert_file),
+      "\n  key_file: ", q(pki->server().key_file),
+      "\n  client_ca_file: ", q(pki->ca_file()), "\n");
+  const std::string peers =
+      absl::StrCat("  peers:\n    tls: true\n    ca_file: ", q(pki->ca_file()),
+                   "\n    cert_file: ", q(node_cert->cert_file),
+                   "\n    key_file: ", q(node_cert->key_file), "\n");
+  Rig rig("routing-tls", false, {}, listener, peers);
+  rig.StartNodes(2);
+  const std::string one = rig.nodes().node_id(0);
+  const std::string two = rig.nodes().node_id(1);
+  REQUIRE(rig.WaitEachOwns({one, two}, 30000));
+  tcc::tls::ChannelTlsFiles files;
+  files.ca_file = pki->ca_file();
+  files.cert_file = app_cert->cert_file;
+  files.key_file = app_cert->key_file;
+  auto creds = tcc::tls::ChannelCredentials(files, "test.");
+  REQUIRE(creds.ok());
+  tcc::client::ClientOptions at_one;
+  at_one.addresses = {rig.nodes().address(0)};
+  at_one.credentials = *creds;
+  tcc::client::CoordinatorClient client_one(at_one);
+  // Node 2's gids, submitted at node 1: each is forwarded to node 2 over
+  // TLS, presenting the node certificate to its mTLS listener.
+  for (int i = 0; i < 3; ++i) {
+    auto r = rig.banks().Transfer("bank-a", i, "bank-b", i, 5);
+    r.set_gid(GidOwnedBy(rig, two, absl::StrCat("routing-tls-", i)));
+    r.set_wait_for(v1::WAIT_FOR_FINISHED);
+    auto done = client_one.Submit(r);
+    INFO(done.status().ToString());
+    REQUIRE(done.ok());
+    CHECK(done->transaction().state() == v1::TXN_STATE_CONFIRMED);
+  }
+  auto page = rig.nodes().ScrapeMetrics(0);
+  REQUIRE(page.ok());
+  CHECK(tcc::harness::MetricValue(
+            *page, "tccd_cluster_forwarded_calls_total{outcome=\"ok\"}")
+            .value_or(0) >= 3);
 }

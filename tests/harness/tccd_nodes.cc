@@ -127,16 +127,16 @@ absl::StatusOr<std::string> TccdNodes::WriteConfig(int i) const {
   const Node& n = *nodes_[i];
   std::string yaml = options_.extra_config;
   if (!yaml.empty() && yaml.back() != '\n') yaml += '\n';
-  absl::StrAppend(&yaml, "cluster:\n  enabled: true\n  node_id: ", n.id,
-                  "\n  advertise_address: 127.0.0.1:", n.port,
-                  "\n  key_prefix: \"", options_.key_prefix,
-                  "\"\n  shards: ", options_.shards,
-                  "\n  lease_ttl_ms: ", options_.lease_ttl_ms,
-                  "\n  lease_margin_ms: ", options_.lease_margin_ms,
-                  "\n  takeover_margin_ms: ", options_.takeover_margin_ms,
-                  "\n  dedup_window_ms: 3600000\n  min_dedup_window_ms: 0",
-                  "\n  etcd:\n    endpoints: [",
-                  absl::StrJoin(n.etcd_endpoints, ", "), "]\nparticipants:\n");
+  absl::StrAppend(
+      &yaml, "cluster:\n  enabled: true\n  node_id: ", n.id,
+      "\n  advertise_address: 127.0.0.1:", n.port, "\n  key_prefix: \"",
+      options_.key_prefix, "\"\n  shards: ", options_.shards,
+      "\n  lease_ttl_ms: ", options_.lease_ttl_ms,
+      "\n  lease_margin_ms: ", options_.lease_margin_ms,
+      "\n  takeover_margin_ms: ", options_.takeover_margin_ms,
+      "\n  dedup_window_ms: 3600000\n  min_dedup_window_ms: 0",
+      "\n  etcd:\n    endpoints: [", absl::StrJoin(n.etcd_endpoints, ", "),
+      "]\n", options_.cluster_extra, "participants:\n");
   for (const auto& [name, port] : options_.participants) {
     absl::StrAppend(&yaml, "  ", name, ":\n    address: 127.0.0.1:", port,
                     "\n");

@@ -46,6 +46,9 @@ struct TccdNodesOptions {
   std::string extra_config;
   // Flags added to every node's command line (e.g. --admin-token-file).
   std::vector<std::string> extra_args;
+  // YAML put inside every node's cluster: section, each line indented two
+  // spaces (e.g. "  peers:\n    tls: true\n").
+  std::string cluster_extra;
 };
 
 class TccdNodes {
