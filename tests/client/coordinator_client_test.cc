@@ -174,6 +174,50 @@ TEST_CASE("retries stop at max_attempts and return the last error") {
   CHECK(server.service.seen().size() == 4);
 }
 
+TEST_CASE(
+    "retry_for_ms retries past max_attempts until the waits add up to it") {
+  SECTION("a node that stays down: the last error after retry_for_ms") {
+    Server server(1000, grpc::StatusCode::UNAVAILABLE);
+    std::vector<int64_t> waits;
+    tcc::client::ClientOptions o = Options(server.port, &waits);
+    o.max_attempts = 2;
+    o.retry_for_ms = 3000;
+    tcc::client::CoordinatorClient client(o);
+    v1::SubmitRequest req = Transfer();
+    auto resp = client.Submit(req);
+    CHECK(resp.status().code() == absl::StatusCode::kUnavailable);
+    REQUIRE(waits.size() >= 2);
+    int64_t sum = 0;
+    for (int64_t w : waits) sum += std::max<int64_t>(w, 1);
+    CHECK(sum >= 3000);
+    CHECK(sum - std::max<int64_t>(waits.back(), 1) < 3000);
+    CHECK(server.service.seen().size() == waits.size() + 1);
+  }
+  SECTION("a shard between owners for a while: the retry that succeeds") {
+    Server server(12, grpc::StatusCode::UNAVAILABLE);
+    std::vector<int64_t> waits;
+    tcc::client::ClientOptions o = Options(server.port, &waits);
+    o.max_attempts = 2;
+    o.backoff_cap_ms = 1;  // 12 quick failures stay inside the window
+    o.retry_for_ms = 1000;
+    tcc::client::CoordinatorClient client(o);
+    v1::SubmitRequest req = Transfer();
+    REQUIRE(client.Submit(req).ok());
+    CHECK(server.service.seen().size() == 13);
+  }
+  SECTION("a permanent error is still not retried") {
+    Server server(100, grpc::StatusCode::ALREADY_EXISTS);
+    std::vector<int64_t> waits;
+    tcc::client::ClientOptions o = Options(server.port, &waits);
+    o.retry_for_ms = 3000;
+    tcc::client::CoordinatorClient client(o);
+    v1::SubmitRequest req = Transfer();
+    CHECK(client.Submit(req).status().code() ==
+          absl::StatusCode::kAlreadyExists);
+    CHECK(server.service.seen().size() == 1);
+  }
+}
+
 TEST_CASE("a permanent error is returned at once, not retried") {
   Server server(100, grpc::StatusCode::ALREADY_EXISTS);
   std::vector<int64_t> waits;

@@ -132,8 +132,9 @@ int main(int argc, char** argv) {
       at = comma + 1;
     }
     // A takeover takes up to the lease TTL and the takeover margin: room
-    // for it in the retries (about 10 s of backoff in all).
-    options.max_attempts = 10;
+    // for it in the retries, 15 s of backoff whatever the jitter drew (10
+    // attempts alone once ran out 2.3 s into a takeover with a 2 s TTL).
+    options.retry_for_ms = 15000;
   }
   options.credentials = credentials;
   tcc::client::CoordinatorClient client(options);

@@ -76,16 +76,17 @@ absl::StatusOr<Response> CoordinatorClient::CallWithRetries(const Request& req,
                                                             Method method) {
   grpc::Status last;
   int64_t backoff = options_.backoff_base_ms;
-  for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
+  int64_t waited_ms = 0;
+  for (int attempt = 1;; ++attempt) {
     grpc::ClientContext ctx;
     SetDeadline(ctx, options_.attempt_timeout_ms);
     Response resp;
     const size_t node = current_.load() % stubs_.size();
     last = (stubs_[node].get()->*method)(&ctx, req, &resp);
     if (last.ok()) return resp;
-    if (!Retryable(last.error_code()) || attempt == options_.max_attempts) {
-      break;
-    }
+    const bool more =
+        attempt < options_.max_attempts || waited_ms < options_.retry_for_ms;
+    if (!Retryable(last.error_code()) || !more) break;
     // This node may be down (or between owners of the shard): the next one.
     if (last.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
       size_t expected = node;
@@ -97,6 +98,7 @@ absl::StatusOr<Response> CoordinatorClient::CallWithRetries(const Request& req,
       wait_ms = std::uniform_int_distribution<int64_t>(0, backoff)(rng_);
     }
     options_.wait(wait_ms);
+    waited_ms += std::max<int64_t>(wait_ms, 1);  // bounded with a 0 backoff
     backoff = std::min(backoff * 2, options_.backoff_cap_ms);
   }
   return FromGrpc(last);

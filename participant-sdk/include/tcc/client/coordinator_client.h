@@ -6,7 +6,8 @@
 // now; both are then reused on every retry, so tccd can tell a retry from a
 // new request. Calls whose outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED,
 // RESOURCE_EXHAUSTED) are retried with the same request, with exponential
-// backoff and full jitter, up to `max_attempts`; a retry of a Submit or Commit
+// backoff and full jitter, up to `max_attempts` (or for `retry_for_ms` of
+// backoff); a retry of a Submit or Commit
 // that tccd already handled gets the first answer, never a second
 // transaction. Every other status is returned as tccd sent it (for example
 // ABORTED from Commit carries why the transaction could not commit).
@@ -46,6 +47,13 @@ struct ClientOptions {
   // room for the whole transaction.
   int64_t attempt_timeout_ms = 30000;
   int max_attempts = 5;
+  // When > 0, a retryable failure is retried past max_attempts until the
+  // waits between attempts add up to this (the time spent in attempts comes
+  // on top). For a cluster, give it at least the lease TTL and the takeover
+  // margin: while a dead node's lease runs out, every attempt at its gids
+  // fails at once, and full jitter can spend max_attempts in well under a
+  // second (10 attempts were seen to run out 2.3 s into a 2 s-TTL takeover).
+  int64_t retry_for_ms = 0;
   int64_t backoff_base_ms = 50;
   int64_t backoff_cap_ms = 2000;
   // null: plaintext. TLS from PEM files: tcc::tls::ChannelCredentials
