@@ -244,9 +244,39 @@ TEST_CASE(
     }
   }
   REQUIRE(old_epoch > 0);
+  // Work in flight when node 1 is paused: bank-b answers every call
+  // UNAVAILABLE (a failpoint; its connection stays up), so node 1 has
+  // registered transfers whose bank-b calls it keeps re-sending.
+  c.KillBank("bank-b");
+  c.SetBankEnv("bank-b", {{"TCC_FAILPOINTS", "barrier.before_lock=error@1+"}});
+  REQUIRE(c.StartBank("bank-b").ok());
+  std::vector<std::string> in_flight;
+  for (int i = 20; i < 23; ++i) {
+    auto req = c.Transfer("bank-a", i, "bank-b", i, 1);
+    req.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+    auto r = c.client().Submit(req);
+    INFO(r.status().ToString());
+    REQUIRE(r.ok());
+    in_flight.push_back(req.gid());
+    gids.push_back(req.gid());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (const std::string& gid : in_flight) {
+    auto view = c.client().Get(gid);
+    REQUIRE(view.ok());
+    REQUIRE(view->state() != v1::TXN_STATE_CONFIRMED);
+    REQUIRE(view->state() != v1::TXN_STATE_CANCELLED);
+  }
   // Paused past its lease (2 s): node 2 takes every shard, with higher
-  // epochs, once node 1's lease has expired.
+  // epochs, once node 1's lease has expired. bank-b comes back without the
+  // failpoint meanwhile: from its start on, node 1 may send it nothing of
+  // its old epochs, not even the re-sends overdue when it wakes (past its
+  // lease trust it sends no call; what it sent before the pause went to
+  // the bank-b that is gone).
   c.tccd()->Signal(SIGSTOP);
+  c.KillBank("bank-b");
+  c.SetBankEnv("bank-b", {});
+  REQUIRE(c.StartBank("bank-b").ok());
   std::string config;
   {
     std::ifstream in(c.tccd_config_path());
@@ -354,6 +384,22 @@ TEST_CASE(
     CHECK(before_old > 0);  // node 1's calls before the pause were seen
     CHECK(after > 0);       // and calls after the slack
     CHECK(after_old == 0);
+    // bank-b's whole life since it came back, no slack: node 2 (or node 1
+    // rejoined, with a newer epoch) finished the in-flight transfers.
+    size_t b_calls = 0, b_old = 0;
+    std::istringstream lines(c.bank("bank-b")->Output());
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch m;
+      if (!std::regex_search(line, m, call_line)) continue;
+      ++b_calls;
+      if (std::stoull(m[2].str()) <= old_epoch) {
+        ++b_old;
+        UNSCOPED_INFO("bank-b got a call of node 1's old epochs (<= "
+                      << old_epoch << ") after it came back: " << line);
+      }
+    }
+    CHECK(b_calls > 0);
+    CHECK(b_old == 0);
   }
   // Node 2 goes; node 1, restarted, takes the shards back (a higher epoch
   // again) and every transaction is final with the money conserved.
