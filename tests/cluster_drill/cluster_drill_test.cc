@@ -1403,3 +1403,75 @@ TEST_CASE(
             *page, "tccd_cluster_forwarded_calls_total{outcome=\"ok\"}")
             .value_or(0) >= 3);
 }
+
+TEST_CASE(
+    "routing: Admin calls for another node's gid are forwarded to its owner "
+    "with the caller's token",
+    "[cluster-routing]") {
+  const std::string tokens_dir =
+      tcc::harness::MakeTempDir("tccd-cluster-routing-admin-tokens");
+  const tcc::harness::Cleanup cleanup{tokens_dir};
+  const std::string tokens = tokens_dir + "/admin-tokens";
+  std::ofstream(tokens) << "alice " << kAdminToken << "\n";
+  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
+  Rig rig("routing-admin", false, {"--admin-token-file", tokens});
+  rig.StartNodes(2);
+  const std::string one = rig.nodes().node_id(0);
+  const std::string two = rig.nodes().node_id(1);
+  REQUIRE(rig.WaitEachOwns({one, two}, 30000));
+  tcc::client::ClientOptions at_one;
+  at_one.addresses = {rig.nodes().address(0)};
+  tcc::client::CoordinatorClient client_one(at_one);
+
+  // Node 2's gid, gated, submitted at node 1 (forwarded).
+  v1::SubmitRequest gated = GatedTransfer(rig, two, "routing-admin", 7, 8);
+  REQUIRE(client_one.Submit(gated).ok());
+  auto admin_one = AdminAt(rig.nodes().address(0));
+  bool awaiting = false;
+  for (int i = 0; i < 200 && !awaiting; ++i) {
+    absl::StatusOr<v1::ShowResponse> shown = admin_one.Show(gated.gid());
+    awaiting = shown.ok() &&
+               shown->transaction().state() == v1::TXN_STATE_AWAITING_APPROVAL;
+    if (!awaiting) SleepMs(50);
+  }
+  REQUIRE(awaiting);
+  const double forwarded_before =
+      tcc::harness::MetricValue(
+          *rig.nodes().ScrapeMetrics(0),
+          "tccd_cluster_forwarded_calls_total{outcome=\"ok\"}")
+          .value_or(0);
+  // A wrong token is refused: nothing approved.
+  tcc::tccctl::AdminClientOptions wrong_options;
+  wrong_options.address = rig.nodes().address(0);
+  wrong_options.token = "not-the-token";
+  tcc::tccctl::AdminClient wrong(wrong_options);
+  const absl::Status refused = Approve(wrong, gated.gid());
+  INFO(refused.ToString());
+  CHECK(absl::IsUnauthenticated(refused));
+  // Show, IssueApproval and Approve at node 1: each answered by node 2,
+  // which drives the gid; it confirms.
+  const absl::Status approved = Approve(admin_one, gated.gid());
+  INFO(approved.ToString());
+  REQUIRE(approved.ok());
+  bool confirmed = false;
+  for (int i = 0; i < 200 && !confirmed; ++i) {
+    absl::StatusOr<v1::ShowResponse> shown = admin_one.Show(gated.gid());
+    confirmed =
+        shown.ok() && shown->transaction().state() == v1::TXN_STATE_CONFIRMED;
+    if (!confirmed) SleepMs(50);
+  }
+  CHECK(confirmed);
+  const double forwarded_after =
+      tcc::harness::MetricValue(
+          *rig.nodes().ScrapeMetrics(0),
+          "tccd_cluster_forwarded_calls_total{outcome=\"ok\"}")
+          .value_or(0);
+  CHECK(forwarded_after >= forwarded_before + 3);
+  // Node 2 holds the approval it consumed: Show there names it.
+  auto admin_two = AdminAt(rig.nodes().address(1));
+  absl::StatusOr<v1::ShowResponse> at_owner = admin_two.Show(gated.gid());
+  REQUIRE(at_owner.ok());
+  CHECK(at_owner->transaction().state() == v1::TXN_STATE_CONFIRMED);
+  CHECK(at_owner->approvals_size() >= 1);
+  CHECK(rig.banks().CheckFinal({gated.gid()}, 30000).ok());
+}
