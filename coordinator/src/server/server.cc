@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "cluster/assignment.h"
 #include "cluster/forwarding_router.h"
 #include "cluster/node_membership.h"
@@ -735,16 +736,24 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config,
   node.sends = EtcdSends(cl);
   cluster::NodeMembership::Hooks hooks;
   hooks.lost = [this](const absl::Status& why) {
-    spdlog::error("cluster: {}; every shard is lost, joining again",
-                  why.ToString());
     std::lock_guard<std::mutex> lock(hook_log_mu_);
-    if (hook_log_ == nullptr) return;
-    for (uint32_t k = 0; k < hook_log_->shard_count(); ++k) {
-      if (runtime::Driver* d = live_driver_.load(); d && d->OwnsShard(k)) {
-        metrics_->ShardChange("lost");
+    // The shards it drove, as shard@epoch (tccctl cluster's form): the
+    // epochs its calls carried until now.
+    std::vector<std::string> owned;
+    if (hook_log_ != nullptr) {
+      for (uint32_t k = 0; k < hook_log_->shard_count(); ++k) {
+        if (runtime::Driver* d = live_driver_.load(); d && d->OwnsShard(k)) {
+          owned.push_back(absl::StrCat(k, "@", d->owner_epoch(k)));
+          metrics_->ShardChange("lost");
+        }
+        DropShard(k, why);
       }
-      DropShard(k, why);
     }
+    spdlog::error(
+        "cluster: {}; every shard is lost ({} driven: {}), joining "
+        "again",
+        why.ToString(), owned.size(),
+        owned.empty() ? "none" : absl::StrJoin(owned, " "));
   };
   hooks.rejoined = [this](int64_t lease) {
     spdlog::info("cluster: node {} joined again (lease {})",
@@ -793,7 +802,12 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config,
   }
   etcd_log_->SetShardLostHandler(
       [this](uint32_t shard, const absl::Status& why) {
-        spdlog::error("cluster: shard {} lost: {}", shard, why.ToString());
+        // The epoch the node held it at (its calls carried it), before
+        // DropShard forgets it.
+        runtime::Driver* d = live_driver_.load();
+        const uint64_t epoch = d != nullptr ? d->owner_epoch(shard) : 0;
+        spdlog::error("cluster: shard {} (epoch {}) lost: {}", shard, epoch,
+                      why.ToString());
         DropShard(shard, why);
         metrics_->ShardChange("lost");
         if (shard_manager_ != nullptr) shard_manager_->Poke();
