@@ -1475,3 +1475,81 @@ TEST_CASE(
   CHECK(at_owner->approvals_size() >= 1);
   CHECK(rig.banks().CheckFinal({gated.gid()}, 30000).ok());
 }
+
+TEST_CASE(
+    "routing: a Watch relayed by node 1 follows node 2's gid across node 2's "
+    "kill -9 and the takeover",
+    "[cluster-routing]") {
+  const std::string tokens_dir =
+      tcc::harness::MakeTempDir("tccd-cluster-routing-kill-tokens");
+  const tcc::harness::Cleanup cleanup{tokens_dir};
+  const std::string tokens = tokens_dir + "/admin-tokens";
+  std::ofstream(tokens) << "alice " << kAdminToken << "\n";
+  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
+  Rig rig("routing-kill", false, {"--admin-token-file", tokens});
+  rig.StartNodes(2);
+  const std::string one = rig.nodes().node_id(0);
+  const std::string two = rig.nodes().node_id(1);
+  REQUIRE(rig.WaitEachOwns({one, two}, 30000));
+  tcc::client::ClientOptions at_two;
+  at_two.addresses = {rig.nodes().address(1)};
+  tcc::client::CoordinatorClient client_two(at_two);
+
+  // Node 2's gid, gated (it waits, so it is in flight when node 2 dies).
+  v1::SubmitRequest gated = GatedTransfer(rig, two, "routing-kill", 9, 10);
+  REQUIRE(client_two.Submit(gated).ok());
+  // Watched at node 1: a relay of node 2's stream.
+  auto channel = grpc::CreateChannel(rig.nodes().address(0),
+                                     grpc::InsecureChannelCredentials());
+  auto coordinator = v1::Coordinator::NewStub(channel);
+  grpc::ClientContext watch_ctx;
+  watch_ctx.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(60));
+  v1::WatchRequest wr;
+  wr.set_gid(gated.gid());
+  auto reader = coordinator->Watch(&watch_ctx, wr);
+  std::vector<v1::TxnState> seen;
+  std::mutex seen_mu;
+  grpc::Status watch_end;
+  std::thread watcher([&] {
+    v1::WatchEvent e;
+    while (reader->Read(&e)) {
+      std::lock_guard<std::mutex> lock(seen_mu);
+      seen.push_back(e.transaction().state());
+    }
+    watch_end = reader->Finish();
+  });
+  bool awaiting = false;
+  for (int i = 0; i < 200 && !awaiting; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(seen_mu);
+      awaiting =
+          !seen.empty() && seen.back() == v1::TXN_STATE_AWAITING_APPROVAL;
+    }
+    if (!awaiting) SleepMs(50);
+  }
+  REQUIRE(awaiting);
+
+  // Node 2 killed: node 1 takes its shards once its lease has expired,
+  // resumes the gid (still awaiting its approval) and approves it there.
+  rig.Expect(1, false);
+  rig.nodes().KillNode(1);
+  REQUIRE(rig.WaitOwnedBy({one}, SteadyClock::now(), 30000) >= 0);
+  auto admin_one = AdminAt(rig.nodes().address(0));
+  absl::Status approved;
+  for (int i = 0; i < 100; ++i) {
+    approved = Approve(admin_one, gated.gid());
+    if (!absl::IsUnavailable(approved)) break;
+    SleepMs(100);
+  }
+  INFO(approved.ToString());
+  REQUIRE(approved.ok());
+  // The Watch opened before the kill follows it to CONFIRMED and ends.
+  watcher.join();
+  INFO(watch_end.error_code() << " " << watch_end.error_message());
+  CHECK(watch_end.ok());
+  REQUIRE(!seen.empty());  // AWAITING_APPROVAL among them, before the kill
+  CHECK(seen.back() == v1::TXN_STATE_CONFIRMED);
+  rig.banks().SetClientAddresses({rig.nodes().address(0)});
+  CHECK(rig.banks().CheckFinal({gated.gid()}, 30000).ok());
+}
