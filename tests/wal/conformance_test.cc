@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <functional>
 #include <future>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -24,6 +26,43 @@ const std::vector<LogFactory>& Factories() {
       Factories()[GENERATE(range(size_t{0}, Factories().size()))]; \
   INFO("log implementation: " << factory.name);                    \
   std::unique_ptr<LogHarness> h = factory.make(retention)
+
+// Every shard's recovery scan in turn (the one scan of a 1-shard log), as a
+// node that owns them all runs them; stops at the first error.
+absl::Status ScanEveryShard(
+    Log& log, const std::function<absl::Status(uint32_t, TxnLog)>& visit) {
+  for (uint32_t k = 0; k < log.shard_count(); ++k) {
+    absl::Status s =
+        log.ScanUnfinished(k, [&](TxnLog txn) { return visit(k, txn); });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// `gids`, given in registration order, as ScanEveryShard visits them:
+// shard by shard, in registration order within each.
+std::vector<std::string> InScanOrder(const Log& log,
+                                     std::vector<std::string> gids) {
+  std::stable_sort(gids.begin(), gids.end(),
+                   [&](const std::string& a, const std::string& b) {
+                     return log.ShardOf(a) < log.ShardOf(b);
+                   });
+  return gids;
+}
+
+// The deduplication horizon of gid's shard.
+int64_t HorizonOf(const Log& log, const std::string& gid) {
+  return log.DedupHorizonMs(log.ShardOf(gid));
+}
+
+// A gid "<prefix><n>" of `shard`.
+std::string GidOfShard(const Log& log, const std::string& prefix,
+                       uint32_t shard) {
+  for (int n = 0;; ++n) {
+    std::string gid = prefix + std::to_string(n);
+    if (log.ShardOf(gid) == shard) return gid;
+  }
+}
 
 absl::Status Register(Log& log, const std::string& gid, int64_t created_at_ms,
                       std::vector<std::string> participants = {"p1"}) {
@@ -372,32 +411,43 @@ TEST_CASE(
   for (int i = 0; i < kTxns; ++i) {
     REQUIRE(Register(log, "s" + std::to_string(i), 10000 + i).ok());
   }
-  std::vector<int64_t> times;
+  // Registration times by shard, as visited; and what changed under the
+  // scan of the shard it was in.
+  std::map<uint32_t, std::vector<int64_t>> times;
   std::set<std::string> seen;
-  REQUIRE(log.ScanUnfinished(
-                 0,
-                 [&](TxnLog txn) {
-                   times.push_back(txn.summary.registered_at_ms);
-                   seen.insert(txn.summary.gid);
-                   if (times.size() == 300) {
-                     // Between visits: a new one registers, one not yet visited
-                     // finishes. The scan's view is from before both.
-                     CHECK(Register(log, "late", 20000).ok());
-                     CHECK(AppendAndWait(
-                               log,
-                               Req("s650",
-                                   {MakeDecided(Decision::kConfirm),
-                                    MakeFinished(TxnState::kConfirmed, 30000)}))
-                               .ok());
-                   }
-                   return absl::OkStatus();
-                 })
-              .ok());
-  CHECK(times.size() == kTxns);
+  std::string late, finished;
+  REQUIRE(ScanEveryShard(log, [&](uint32_t shard, TxnLog txn) {
+            times[shard].push_back(txn.summary.registered_at_ms);
+            seen.insert(txn.summary.gid);
+            if (seen.size() == 300) {
+              // Between visits: a new one registers in this shard, and
+              // the shard's last one, not yet visited, finishes. The
+              // shard's scan has one view, from before both.
+              late = GidOfShard(log, "late", shard);
+              for (int i = kTxns - 1; i >= 0 && finished.empty(); --i) {
+                const std::string gid = "s" + std::to_string(i);
+                if (log.ShardOf(gid) == shard) finished = gid;
+              }
+              CHECK(finished != txn.summary.gid);
+              CHECK(Register(log, late, 20000).ok());
+              CHECK(AppendAndWait(
+                        log, Req(finished,
+                                 {MakeDecided(Decision::kConfirm),
+                                  MakeFinished(TxnState::kConfirmed, 30000)}))
+                        .ok());
+            }
+            return absl::OkStatus();
+          }).ok());
+  size_t visits = 0;
+  for (const auto& [shard, in_shard] : times) {
+    visits += in_shard.size();
+    CHECK(std::is_sorted(in_shard.begin(), in_shard.end()));
+  }
+  CHECK(visits == kTxns);
   CHECK(seen.size() == kTxns);
-  CHECK(std::is_sorted(times.begin(), times.end()));
-  CHECK(seen.count("late") == 0);
-  CHECK(seen.count("s650") == 1);
+  REQUIRE(!late.empty());
+  CHECK(seen.count(late) == 0);
+  CHECK(seen.count(finished) == 1);
 }
 
 TEST_CASE("ScanUnfinished visits every unfinished transaction in order") {
@@ -422,22 +472,19 @@ TEST_CASE("ScanUnfinished visits every unfinished transaction in order") {
   }
   REQUIRE(AppendAndWait(log, Req("g2", {MakeDecided(Decision::kCancel)})).ok());
   std::vector<std::string> seen;
-  REQUIRE(log.ScanUnfinished(0,
-                             [&](TxnLog txn) {
-                               seen.push_back(txn.summary.gid);
-                               CHECK(txn.records.size() >= 2);
-                               return absl::OkStatus();
-                             })
-              .ok());
-  CHECK(seen ==
-        std::vector<std::string>{"g9", "g8", "g6", "g5", "g3", "g2", "g0"});
+  REQUIRE(ScanEveryShard(log, [&](uint32_t, TxnLog txn) {
+            seen.push_back(txn.summary.gid);
+            CHECK(txn.records.size() >= 2);
+            return absl::OkStatus();
+          }).ok());
+  CHECK(seen == InScanOrder(log, {"g9", "g8", "g6", "g5", "g3", "g2", "g0"}));
   CHECK(log.Stats().unfinished == 7);
   if (factory.tracks_oldest_unfinished) {
     CHECK(log.Stats().oldest_unfinished_registered_ms == 1100);  // g9
   }
 
   int visits = 0;
-  absl::Status stop = log.ScanUnfinished(0, [&](TxnLog) {
+  absl::Status stop = ScanEveryShard(log, [&](uint32_t, TxnLog) {
     return ++visits == 3 ? absl::CancelledError("enough") : absl::OkStatus();
   });
   CHECK(absl::IsCancelled(stop));
@@ -671,7 +718,7 @@ TEST_CASE("retention compacts, then forgets, and raises the horizon") {
   policy.compact_entry_ms = 5000;
   FOR_EACH_LOG(h, policy);
   Log& log = h->log();
-  CHECK(log.DedupHorizonMs(0) == 0);
+  CHECK(HorizonOf(log, "old") == 0);
   RegisterFinished(log, "old", 500, 10000);
   RegisterFinished(log, "young", 700, 12000);
   REQUIRE(Register(log, "open", 100).ok());  // never removed
@@ -686,25 +733,28 @@ TEST_CASE("retention compacts, then forgets, and raises the horizon") {
   CHECK(old->summary.decision == Decision::kCancel);
   CHECK(old->summary.content_hash == HashOf("content:old"));
   CHECK(old->summary.created_at_ms == 500);
-  CHECK(log.DedupHorizonMs(0) == 0);
+  CHECK(HorizonOf(log, "old") == 0);
   // A compacted transaction takes no more records.
   CHECK(absl::IsFailedPrecondition(AppendAndWait(
       log, Req("old", {MakePhase("b0", PhaseState::kSucceeded)}))));
 
   REQUIRE(log.RunRetention(15000).ok());
   CHECK(absl::IsNotFound(log.Read("old").status()));
-  CHECK(log.DedupHorizonMs(0) == 501);
+  CHECK(HorizonOf(log, "old") == 501);
   CHECK(log.Read("young")->summary.compacted);
   CHECK(log.Read("open").ok());
 
   // Never back: not with an earlier clock, not after a reopen.
   REQUIRE(log.RunRetention(100).ok());
-  CHECK(log.DedupHorizonMs(0) == 501);
+  CHECK(HorizonOf(log, "old") == 501);
   h->Reopen();
-  CHECK(h->log().DedupHorizonMs(0) == 501);
+  CHECK(HorizonOf(h->log(), "old") == 501);
   CHECK(absl::IsNotFound(h->log().Read("old").status()));
   REQUIRE(h->log().RunRetention(17000).ok());
-  CHECK(h->log().DedupHorizonMs(0) == 701);
+  CHECK(HorizonOf(h->log(), "young") == 701);
+  // (In another shard than young's, old's stays where old put it.)
+  CHECK(HorizonOf(h->log(), "old") ==
+        (h->log().ShardOf("old") == h->log().ShardOf("young") ? 701 : 501));
   CHECK(h->log().Read("open").ok());
   CHECK(h->log().Stats().dedup_horizon_ms == 701);
   // A forgotten gid can be registered again (a new incarnation).
@@ -720,7 +770,9 @@ TEST_CASE("without a size budget, retention keeps what time keeps") {
   REQUIRE(log.RunRetention(2000).ok());
   REQUIRE(log.Read("f0").ok());
   CHECK_FALSE(log.Read("f0")->summary.compacted);
-  CHECK(log.DedupHorizonMs(0) == 0);
+  for (uint32_t k = 0; k < log.shard_count(); ++k) {
+    CHECK(log.DedupHorizonMs(k) == 0);
+  }
 }
 
 TEST_CASE("the size budget removes finished transactions, never open ones") {
@@ -737,7 +789,7 @@ TEST_CASE("the size budget removes finished transactions, never open ones") {
     CHECK(absl::IsNotFound(log.Read("f" + std::to_string(i)).status()));
   }
   CHECK(log.Read("open0").ok());
-  CHECK(log.DedupHorizonMs(0) == 120);
+  CHECK(HorizonOf(log, "f19") == 120);  // the newest of its shard
 }
 
 TEST_CASE("appends of many gids from many threads all land") {

@@ -121,6 +121,17 @@ std::vector<LogFactory> LogFactories() {
                          return std::make_unique<EtcdHarness>(retention);
                        },
                        /*tracks_oldest_unfinished=*/false});
+  // The same with 4 shards: the suite's gids spread over them, so a group's
+  // Txn carries several shards' fences (one nested Txn each) and the reads
+  // and scans go shard by shard.
+  factories.push_back({"etcd-4-shards",
+                       [](const RetentionPolicy& retention) {
+                         EtcdHarnessOptions options;
+                         options.shards = 4;
+                         return std::make_unique<EtcdHarness>(retention,
+                                                              options);
+                       },
+                       /*tracks_oldest_unfinished=*/false});
   return factories;
 }
 
