@@ -5,8 +5,10 @@ Identity before the first send: an empty gid gets a new one, a zero
 created_at_ms the wall-clock now; both are reused on every retry, so tccd
 can tell a retry from a new request. Calls whose outcome is unknown
 (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) are re-sent unchanged
-with exponential backoff and full jitter, up to `max_attempts`; a retry that
-tccd already handled gets the first answer. Every other error is raised as
+with exponential backoff and full jitter, up to `max_attempts` (and, with
+`retry_for_s`, until the waits between attempts add up to that: give it the
+cluster's lease TTL and takeover margin, or more, when tccd is a cluster);
+a retry that tccd already handled gets the first answer. Every other error is raised as
 CallError with tccd's code and message.
 
     c = CoordinatorClient("127.0.0.1:7070")
@@ -52,7 +54,7 @@ class CoordinatorClient:
 
     def __init__(self, address, attempt_timeout_s=30.0, max_attempts=5, backoff_base_s=0.05,
                  backoff_cap_s=2.0, tls_ca_file="", tls_cert_file="", tls_key_file="",
-                 tls_server_name=""):
+                 tls_server_name="", retry_for_s=0.0, sleep=time.sleep):
         if tls_ca_file:
             def read(path):
                 if not path:
@@ -71,22 +73,29 @@ class CoordinatorClient:
         self._attempts = max(1, max_attempts)
         self._base = backoff_base_s
         self._cap = backoff_cap_s
+        self._retry_for = retry_for_s
+        self._sleep = sleep  # injected by tests
         self._rng = random.Random()
 
     def close(self):
         self._channel.close()
 
     def _call(self, method, request):
-        for attempt in range(1, self._attempts + 1):
+        waited = 0.0
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return method(request, timeout=self._timeout)
             except grpc.RpcError as e:
                 code = e.code()
-                if code not in _RETRYABLE or attempt == self._attempts:
+                more = attempt < self._attempts or waited < self._retry_for
+                if code not in _RETRYABLE or not more:
                     raise CallError(Code[code.name], e.details() or "") from e
             # Full jitter: uniform [0, min(cap, base * 2^attempt)].
-            time.sleep(self._rng.uniform(0, min(self._cap, self._base * (2 ** attempt))))
-        raise AssertionError("not reached")
+            wait = self._rng.uniform(0, min(self._cap, self._base * (2 ** min(attempt, 30))))
+            self._sleep(wait)
+            waited += max(wait, 0.001)  # bounded with a zero backoff
 
     def submit_request(self, request):
         """Sends a SubmitRequest (gid and created_at_ms filled when unset, in
