@@ -72,6 +72,26 @@ namespace {
 // drain, the routing test), in every node's --admin-token-file.
 constexpr char kAdminToken[] = "routing-test-token-0123456789abcdef";
 
+// kAdminToken's files in a temp dir of their own, removed with it: `path`
+// for every node's --admin-token-file ("alice <token>"), `token_file` (the
+// bare token) for tccctl --token-file; both 0600.
+struct AdminTokens {
+  AdminTokens()
+      : dir(tcc::harness::MakeTempDir("tccd-cluster-admin-tokens")),
+        cleanup{dir},
+        path(dir + "/admin-tokens"),
+        token_file(dir + "/token") {
+    std::ofstream(path) << "alice " << kAdminToken << "\n";
+    std::ofstream(token_file) << kAdminToken << "\n";
+    REQUIRE(chmod(path.c_str(), 0600) == 0);
+    REQUIRE(chmod(token_file.c_str(), 0600) == 0);
+  }
+  const std::string dir;
+  const tcc::harness::Cleanup cleanup;
+  const std::string path;
+  const std::string token_file;
+};
+
 namespace v1 = tcc::v1;
 using tcc::etcd::testing::EtcdCluster;
 using tcc::harness::BankCluster;
@@ -831,16 +851,9 @@ TEST_CASE("drill 5: a fourth node joins and one is drained, under load",
           "[cluster-drill]") {
   // The drain as an operator makes it: `tccctl drain` at a node, with an
   // admin token every node accepts.
-  const std::string tokens_dir =
-      tcc::harness::MakeTempDir("tccd-cluster-drain-tokens");
-  const tcc::harness::Cleanup cleanup{tokens_dir};
-  const std::string tokens = tokens_dir + "/admin-tokens";
-  std::ofstream(tokens) << "alice " << kAdminToken << "\n";
-  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
-  const std::string token_file = tokens_dir + "/token";
-  std::ofstream(token_file) << kAdminToken << "\n";
-  REQUIRE(chmod(token_file.c_str(), 0600) == 0);
-  Rig rig("join-drain", false, {"--admin-token-file", tokens});
+  const AdminTokens tokens;
+  const std::string& token_file = tokens.token_file;
+  Rig rig("join-drain", false, {"--admin-token-file", tokens.path});
   rig.StartNodes(3);
   rig.StartLoad();
   REQUIRE(rig.WaitAcknowledged(0, 20, 30000));
@@ -1177,13 +1190,8 @@ TEST_CASE(
     "routing: a Watch follows its gid across a hand-over; Show fetches a "
     "finished one's timeline from the node that archived it",
     "[cluster-routing]") {
-  const std::string tokens_dir =
-      tcc::harness::MakeTempDir("tccd-cluster-routing-tokens");
-  const tcc::harness::Cleanup cleanup{tokens_dir};
-  const std::string tokens = tokens_dir + "/admin-tokens";
-  std::ofstream(tokens) << "alice " << kAdminToken << "\n";
-  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
-  Rig rig("routing", false, {"--admin-token-file", tokens});
+  const AdminTokens tokens;
+  Rig rig("routing", false, {"--admin-token-file", tokens.path});
   rig.StartNodes(2);
   const std::string one = rig.nodes().node_id(0);
   const std::string two = rig.nodes().node_id(1);
@@ -1413,13 +1421,8 @@ TEST_CASE(
     "routing: Admin calls for another node's gid are forwarded to its owner "
     "with the caller's token",
     "[cluster-routing]") {
-  const std::string tokens_dir =
-      tcc::harness::MakeTempDir("tccd-cluster-routing-admin-tokens");
-  const tcc::harness::Cleanup cleanup{tokens_dir};
-  const std::string tokens = tokens_dir + "/admin-tokens";
-  std::ofstream(tokens) << "alice " << kAdminToken << "\n";
-  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
-  Rig rig("routing-admin", false, {"--admin-token-file", tokens});
+  const AdminTokens tokens;
+  Rig rig("routing-admin", false, {"--admin-token-file", tokens.path});
   rig.StartNodes(2);
   const std::string one = rig.nodes().node_id(0);
   const std::string two = rig.nodes().node_id(1);
@@ -1485,13 +1488,8 @@ TEST_CASE(
     "routing: a Watch relayed by node 1 follows node 2's gid across node 2's "
     "kill -9 and the takeover",
     "[cluster-routing]") {
-  const std::string tokens_dir =
-      tcc::harness::MakeTempDir("tccd-cluster-routing-kill-tokens");
-  const tcc::harness::Cleanup cleanup{tokens_dir};
-  const std::string tokens = tokens_dir + "/admin-tokens";
-  std::ofstream(tokens) << "alice " << kAdminToken << "\n";
-  REQUIRE(chmod(tokens.c_str(), 0600) == 0);
-  Rig rig("routing-kill", false, {"--admin-token-file", tokens});
+  const AdminTokens tokens;
+  Rig rig("routing-kill", false, {"--admin-token-file", tokens.path});
   rig.StartNodes(2);
   const std::string one = rig.nodes().node_id(0);
   const std::string two = rig.nodes().node_id(1);
