@@ -1362,7 +1362,8 @@ TEST_CASE(
 
 TEST_CASE(
     "routing: nodes whose listeners are mutual TLS forward to each other "
-    "with cluster.peers' client certificate",
+    "with cluster.peers' client certificate; each client is rate-limited "
+    "where it called, not again under the forwarding node's identity",
     "[cluster-routing]") {
   const std::string dir = tcc::harness::MakeTempDir("tccd-cluster-tls-pki");
   const tcc::harness::Cleanup cleanup{dir};
@@ -1371,50 +1372,79 @@ TEST_CASE(
   REQUIRE(pki.ok());
   absl::StatusOr<tcc::harness::CertFiles> node_cert =
       pki->IssueClientCert("tccd-node");
-  absl::StatusOr<tcc::harness::CertFiles> app_cert =
-      pki->IssueClientCert("app");
   REQUIRE(node_cert.ok());
-  REQUIRE(app_cert.ok());
   auto q = [](const std::string& path) { return "\"" + path + "\""; };
-  const std::string listener = absl::StrCat(
+  // 5 calls a second per client identity, bursts of 5, at every node.
+  const std::string node_yaml = absl::StrCat(
       "tls:\n  mode: mtls\n  cert_file: ", q(pki->server().cert_file),
       "\n  key_file: ", q(pki->server().key_file),
-      "\n  client_ca_file: ", q(pki->ca_file()), "\n");
+      "\n  client_ca_file: ", q(pki->ca_file()),
+      "\nlimits:\n  client_requests_per_s: 5\n  client_burst: 5\n");
   const std::string peers =
       absl::StrCat("  peers:\n    tls: true\n    ca_file: ", q(pki->ca_file()),
                    "\n    cert_file: ", q(node_cert->cert_file),
-                   "\n    key_file: ", q(node_cert->key_file), "\n");
-  Rig rig("routing-tls", false, {}, listener, peers);
+                   "\n    key_file: ", q(node_cert->key_file),
+                   "\n    identities: [tccd-node]\n");
+  Rig rig("routing-tls", false, {}, node_yaml, peers);
   rig.StartNodes(2);
   const std::string one = rig.nodes().node_id(0);
   const std::string two = rig.nodes().node_id(1);
   REQUIRE(rig.WaitEachOwns({one, two}, 30000));
-  tcc::tls::ChannelTlsFiles files;
-  files.ca_file = pki->ca_file();
-  files.cert_file = app_cert->cert_file;
-  files.key_file = app_cert->key_file;
-  auto creds = tcc::tls::ChannelCredentials(files, "test.");
-  REQUIRE(creds.ok());
-  tcc::client::ClientOptions at_one;
-  at_one.addresses = {rig.nodes().address(0)};
-  at_one.credentials = *creds;
-  tcc::client::CoordinatorClient client_one(at_one);
-  // Node 2's gids, submitted at node 1: each is forwarded to node 2 over
-  // TLS, presenting the node certificate to its mTLS listener.
-  for (int i = 0; i < 3; ++i) {
-    auto r = rig.banks().Transfer("bank-a", i, "bank-b", i, 5);
-    r.set_gid(GidOwnedBy(rig, two, absl::StrCat("routing-tls-", i)));
-    r.set_wait_for(v1::WAIT_FOR_FINISHED);
-    auto done = client_one.Submit(r);
-    INFO(done.status().ToString());
-    REQUIRE(done.ok());
-    CHECK(done->transaction().state() == v1::TXN_STATE_CONFIRMED);
+  // A client at node 1 with a certificate of its own; one attempt, so a
+  // refusal shows.
+  auto client_at_one = [&](const std::string& identity) {
+    absl::StatusOr<tcc::harness::CertFiles> cert =
+        pki->IssueClientCert(identity);
+    REQUIRE(cert.ok());
+    tcc::tls::ChannelTlsFiles files;
+    files.ca_file = pki->ca_file();
+    files.cert_file = cert->cert_file;
+    files.key_file = cert->key_file;
+    auto creds = tcc::tls::ChannelCredentials(files, "test.");
+    REQUIRE(creds.ok());
+    tcc::client::ClientOptions o;
+    o.addresses = {rig.nodes().address(0)};
+    o.credentials = *creds;
+    o.max_attempts = 1;
+    return std::make_unique<tcc::client::CoordinatorClient>(o);
+  };
+  // Node 2's gids, submitted at node 1 by four clients, two each, at once
+  // as far as the limits go (well inside a second): each is forwarded to
+  // node 2 over TLS with the node certificate. Every one is within its
+  // client's limit at node 1; at node 2 the eight would be one identity's
+  // (the node's), past its burst, if node 2 limited them again.
+  int n = 0;
+  for (int c = 0; c < 4; ++c) {
+    auto client = client_at_one(absl::StrCat("app-", c));
+    for (int k = 0; k < 2; ++k, ++n) {
+      auto r = rig.banks().Transfer("bank-a", n, "bank-b", n, 5);
+      r.set_gid(GidOwnedBy(rig, two, absl::StrCat("routing-tls-", n)));
+      r.set_wait_for(v1::WAIT_FOR_ACCEPTED);
+      auto done = client->Submit(r);
+      INFO(n << ": " << done.status().ToString());
+      CHECK(done.ok());
+    }
   }
   auto page = rig.nodes().ScrapeMetrics(0);
   REQUIRE(page.ok());
   CHECK(tcc::harness::MetricValue(
             *page, "tccd_cluster_forwarded_calls_total{outcome=\"ok\"}")
-            .value_or(0) >= 3);
+            .value_or(0) >= 8);
+  // The limit holds where a client calls: ten quick calls of one client at
+  // node 1, some refused there.
+  auto eager = client_at_one("app-eager");
+  int refused = 0;
+  for (int i = 0; i < 10; ++i) {
+    auto got = eager->Get(GidOwnedBy(rig, two, "routing-tls-0"));
+    if (!got.ok()) {
+      INFO(got.status().ToString());
+      CHECK(absl::IsResourceExhausted(got.status()));
+      CHECK_THAT(std::string(got.status().message()),
+                 Catch::Contains("cert:app-eager"));
+      ++refused;
+    }
+  }
+  CHECK(refused > 0);
 }
 
 TEST_CASE(

@@ -401,6 +401,26 @@ TEST_CASE("cluster: off by default; when on, every key is checked by name") {
   }
   CHECK_THAT(ErrorOf(base + "  hold_buffered_ms: 60001\n"),
              Catch::Contains("cluster.hold_buffered_ms: must be between"));
+  {
+    // The nodes' identities: only with an mtls client listener, which
+    // checks their certificates.
+    const std::string peers =
+        "  peers: {tls: true, ca_file: ca, cert_file: c, key_file: k, "
+        "identities: [tccd-node]}\n";
+    CHECK_THAT(ErrorOf(base + peers),
+               Catch::Contains("cluster.peers.identities: needs the client "
+                               "listener in mtls mode"));
+    auto c = ParseConfig(base + peers +
+                             "tls: {mode: mtls, cert_file: c, key_file: k, "
+                             "client_ca_file: ca}\n",
+                         "ok.yaml");
+    INFO(c.status().ToString());
+    REQUIRE(c.ok());
+    CHECK(c->cluster.peers.identities == std::vector<std::string>{"tccd-node"});
+    CHECK_THAT(ErrorOf(base + "  peers: {identities: [\"\"]}\n"),
+               Catch::Contains("cluster.peers.identities: must be a list of "
+                               "non-empty strings"));
+  }
   CHECK_THAT(ErrorOf("cluster:\n  enabled: true\n"),
              Catch::Contains("cluster.node_id"));
   CHECK_THAT(ErrorOf("cluster:\n  enabled: true\n  node_id: n1\n"),

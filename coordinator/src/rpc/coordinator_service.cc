@@ -730,6 +730,16 @@ absl::Status CoordinatorService::CheckRate(grpc::CallbackServerContext* ctx) {
   if (options_.rate_limiter == nullptr || !options_.rate_limiter->enabled()) {
     return absl::OkStatus();
   }
+  // A call a node forwarded: the node its caller called limited it.
+  if (!options_.peer_identities.empty()) {
+    for (const std::string& id : PeerCertIdentities(*ctx)) {
+      if (std::find(options_.peer_identities.begin(),
+                    options_.peer_identities.end(),
+                    id) != options_.peer_identities.end()) {
+        return absl::OkStatus();
+      }
+    }
+  }
   const std::string client = ClientIdentity(*ctx);
   if (options_.rate_limiter->Admit(client)) return absl::OkStatus();
   return absl::ResourceExhaustedError(

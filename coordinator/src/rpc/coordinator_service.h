@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "rpc/call_router.h"
 #include "rpc/coordinator_backend.h"
@@ -29,6 +30,10 @@ struct CoordinatorServiceOptions {
   // Per-client rate limit (null or disabled: none); excess calls get
   // RESOURCE_EXHAUSTED and change nothing. Not owned.
   RateLimiter* rate_limiter = nullptr;
+  // Cluster mode: the TLS client identities of the nodes
+  // (cluster.peers.identities). Their calls were forwarded for callers the
+  // node they called rate-limited already: not limited again.
+  std::vector<std::string> peer_identities;
   // Cluster mode: where each gid's calls are served (call_router.h). Null:
   // here. Not owned.
   CallRouter* router = nullptr;

@@ -500,6 +500,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text,
       e.String("cert_file", &cl.peers.cert_file);
       e.String("key_file", &cl.peers.key_file);
       e.String("server_name", &cl.peers.server_name);
+      e.StringList("identities", &cl.peers.identities);
       e.RejectUnknown();
     }
     r.RejectUnknown();
@@ -666,6 +667,11 @@ absl::Status ValidateConfig(const Config& c) {
   } else if (!c.console.tls.mode.empty()) {
     return absl::InvalidArgumentError(
         "console.tls: applies only with console_listen set");
+  }
+  if (!c.cluster.peers.identities.empty() && c.tls.mode != "mtls") {
+    return absl::InvalidArgumentError(
+        "cluster.peers.identities: needs the client listener in mtls mode "
+        "(tls.mode), which checks the nodes' certificates");
   }
   if (!c.admin.client_identities.empty() &&
       EffectiveAdminTls(c).mode != "mtls" &&

@@ -200,6 +200,12 @@ struct ClusterPeersConfig {
   std::string cert_file;
   std::string key_file;
   std::string server_name;
+  // The TLS client identities (subject CN or a DNS/URI SAN) of the nodes'
+  // certificates: a call from one is a call forwarded by a node, whose
+  // caller its limits (client_requests_per_s) admitted already, so it is
+  // not limited again here under the node's identity. Needs the client
+  // listener in mtls mode.
+  std::vector<std::string> identities;
 };
 
 struct ClusterConfig {

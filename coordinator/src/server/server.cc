@@ -499,6 +499,9 @@ absl::Status Server::Impl::Start(const Config& config,
       config.limits.client_requests_per_s, config.limits.client_burst,
       [this] { return clock_->MonotonicMs(); });
   svc.rate_limiter = rate_limiter_.get();
+  if (config.cluster.enabled) {
+    svc.peer_identities = config.cluster.peers.identities;
+  }
   svc.router = call_router_.get();
   coordinator_service_ =
       std::make_unique<rpc::CoordinatorService>(*backend_, svc);
