@@ -13,6 +13,7 @@
 #include <iterator>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -386,19 +387,27 @@ TEST_CASE(
     CHECK(after_old == 0);
     // bank-b's whole life since it came back, no slack: node 2 (or node 1
     // rejoined, with a newer epoch) finished the in-flight transfers.
-    size_t b_calls = 0, b_old = 0;
+    size_t b_old = 0;
+    std::set<std::string> finished_later;
     std::istringstream lines(c.bank("bank-b")->Output());
+    const std::regex gid_of(R"( gid=(\S+) )");
     for (std::string line; std::getline(lines, line);) {
-      std::smatch m;
+      std::smatch m, g;
       if (!std::regex_search(line, m, call_line)) continue;
-      ++b_calls;
+      if (std::regex_search(line, g, gid_of) &&
+          std::stoull(m[2].str()) > old_epoch) {
+        finished_later.insert(g[1].str());
+      }
       if (std::stoull(m[2].str()) <= old_epoch) {
         ++b_old;
         UNSCOPED_INFO("bank-b got a call of node 1's old epochs (<= "
                       << old_epoch << ") after it came back: " << line);
       }
     }
-    CHECK(b_calls > 0);
+    for (const std::string& gid : in_flight) {
+      INFO("in flight at the pause: " << gid);
+      CHECK(finished_later.count(gid) == 1);  // called with a newer epoch
+    }
     CHECK(b_old == 0);
   }
   // Node 2 goes; node 1, restarted, takes the shards back (a higher epoch

@@ -668,7 +668,8 @@ absl::Status ValidateConfig(const Config& c) {
     return absl::InvalidArgumentError(
         "console.tls: applies only with console_listen set");
   }
-  if (!c.cluster.peers.identities.empty() && c.tls.mode != "mtls") {
+  if (c.cluster.enabled && !c.cluster.peers.identities.empty() &&
+      c.tls.mode != "mtls") {
     return absl::InvalidArgumentError(
         "cluster.peers.identities: needs the client listener in mtls mode "
         "(tls.mode), which checks the nodes' certificates");

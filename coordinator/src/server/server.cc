@@ -501,6 +501,14 @@ absl::Status Server::Impl::Start(const Config& config,
   svc.rate_limiter = rate_limiter_.get();
   if (config.cluster.enabled) {
     svc.peer_identities = config.cluster.peers.identities;
+    if (config.limits.client_requests_per_s > 0 &&
+        svc.peer_identities.empty()) {
+      spdlog::warn(
+          "limits.client_requests_per_s is on and cluster.peers.identities "
+          "is empty: the calls other nodes forward here count against their "
+          "own identity and may be refused RESOURCE_EXHAUSTED; list the "
+          "nodes' certificate identities (mtls listeners)");
+    }
   }
   svc.router = call_router_.get();
   coordinator_service_ =
@@ -739,17 +747,19 @@ absl::Status Server::Impl::OpenClusterLog(const Config& config,
   node.sends = EtcdSends(cl);
   cluster::NodeMembership::Hooks hooks;
   hooks.lost = [this](const absl::Status& why) {
-    std::lock_guard<std::mutex> lock(hook_log_mu_);
     // The shards it drove, as shard@epoch (tccctl cluster's form): the
     // epochs its calls carried until now.
     std::vector<std::string> owned;
-    if (hook_log_ != nullptr) {
-      for (uint32_t k = 0; k < hook_log_->shard_count(); ++k) {
-        if (runtime::Driver* d = live_driver_.load(); d && d->OwnsShard(k)) {
-          owned.push_back(absl::StrCat(k, "@", d->owner_epoch(k)));
-          metrics_->ShardChange("lost");
+    {
+      std::lock_guard<std::mutex> lock(hook_log_mu_);
+      if (hook_log_ != nullptr) {
+        for (uint32_t k = 0; k < hook_log_->shard_count(); ++k) {
+          if (runtime::Driver* d = live_driver_.load(); d && d->OwnsShard(k)) {
+            owned.push_back(absl::StrCat(k, "@", d->owner_epoch(k)));
+            metrics_->ShardChange("lost");
+          }
+          DropShard(k, why);
         }
-        DropShard(k, why);
       }
     }
     spdlog::error(

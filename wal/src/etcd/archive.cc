@@ -108,12 +108,16 @@ absl::StatusOr<std::unique_ptr<Archive>> Archive::Open(
   // once per finished transaction and read rarely, so what a drained
   // backlog's payloads leave in memory is bounded by one of them (with 64,
   // tccd on etcd kept 50-74 MiB more RSS after a backlog of 32 KiB payloads
-  // drained, at most 10 MiB with 16: memory_integration_etcd_test). Payloads of
-  // 4 KiB and more go to blob files at flush, so compactions move references,
-  // not payloads (as the RocksDB WAL does: rocksdb_log.cc).
+  // drained, at most 10 MiB with 16: memory_integration_etcd_test). Records
+  // of 4 KiB and more (those with large payloads) go to blob files at flush,
+  // so compactions move references, not payloads (as the RocksDB WAL does:
+  // rocksdb_log.cc).
   options.write_buffer_size = 16 << 20;
   options.enable_blob_files = true;
   options.min_blob_size = 4096;
+  // Blobs are compressed as the tables' blocks are (RocksDB leaves them
+  // uncompressed unless told).
+  options.blob_compression_type = rocksdb::kSnappyCompression;
   std::unique_ptr<rocksdb::Env> env =
       rocksdb::NewCompositeEnv(rocksdb_env::NewOwnerOnlyFileSystem(nullptr));
   options.env = env.get();

@@ -73,7 +73,7 @@ class CoordinatorClient:
         self._attempts = max(1, max_attempts)
         self._base = backoff_base_s
         self._cap = backoff_cap_s
-        self._retry_for = retry_for_s
+        self._retry_for = float(retry_for_s or 0)
         self._sleep = sleep  # injected by tests
         self._rng = random.Random()
 
