@@ -5,11 +5,15 @@
 // of space, and the cluster checks. Real etcd processes throughout.
 #include "tcc/wal/etcd_log.h"
 
+#include <sys/stat.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -929,6 +933,60 @@ TEST_CASE(
   REQUIRE(erased.ok());
   CHECK(*erased == 1);
   CHECK(absl::IsNotFound((*a)->Get("again").status()));
+}
+
+TEST_CASE(
+    "the archive's large records go to blob files, owner-only, and read back "
+    "whole") {
+  TempDir dir;
+  const std::string path = (dir.path() / "archive").string();
+  const mode_t old_umask = ::umask(0);  // whatever the process allows
+  // 48 records of 512 KiB (24 MiB, past one 16 MiB memtable), of
+  // incompressible payloads.
+  std::mt19937_64 rng(7);
+  auto big = [&](const std::string& gid) {
+    TxnLog t;
+    t.summary.gid = gid;
+    t.summary.state = TxnState::kConfirmed;
+    t.summary.finished_at_ms = 1000;
+    Registered r = MakeRegistered(gid, 100);
+    r.branches[0].payload.resize(512 * 1024);
+    for (char& c : r.branches[0].payload) c = static_cast<char>(rng());
+    t.records.push_back(std::move(r));
+    return t;
+  };
+  std::string payload_of_g3;
+  {
+    absl::StatusOr<std::unique_ptr<internal::Archive>> a =
+        internal::Archive::Open(path, nullptr);
+    REQUIRE(a.ok());
+    for (int i = 0; i < 48; ++i) {
+      TxnLog t = big("g" + std::to_string(i));
+      if (i == 3) {
+        payload_of_g3 = std::get<Registered>(t.records[0]).branches[0].payload;
+      }
+      REQUIRE((*a)->Put(t).ok());
+    }
+  }  // closed: its flushes done
+  ::umask(old_umask);
+  size_t blobs = 0;
+  std::vector<std::string> open_to_others;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(path)) {
+    if (e.path().extension() == ".blob") ++blobs;
+    struct stat st;
+    REQUIRE(::lstat(e.path().c_str(), &st) == 0);
+    if ((st.st_mode & 077) != 0) open_to_others.push_back(e.path().string());
+  }
+  CHECK(blobs >= 1);
+  CHECK(open_to_others.empty());
+  absl::StatusOr<std::unique_ptr<internal::Archive>> a =
+      internal::Archive::Open(path, nullptr);
+  REQUIRE(a.ok());
+  absl::StatusOr<TxnLog> g3 = (*a)->Get("g3");
+  REQUIRE(g3.ok());
+  REQUIRE(g3->records.size() == 1);
+  CHECK(std::get<Registered>(g3->records[0]).branches[0].payload ==
+        payload_of_g3);
 }
 
 TEST_CASE("a finishing append takes the held ones to the archive") {
