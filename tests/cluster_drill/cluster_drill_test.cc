@@ -1173,6 +1173,53 @@ std::string GidOwnedBy(Rig& rig, const std::string& node,
 // A transfer of 7 from bank-a's account `from` to bank-b's `to` that waits
 // for an approval (up to 2 minutes), answered once accepted; its gid one
 // of `node`'s shards.
+// A Watch of `gid` at `address`, read on a thread of its own: the states
+// it streamed and how it ended.
+class StateWatch {
+ public:
+  StateWatch(const std::string& address, const std::string& gid, int deadline_s)
+      : stub_(v1::Coordinator::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {
+    ctx_.set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::seconds(deadline_s));
+    v1::WatchRequest wr;
+    wr.set_gid(gid);
+    reader_ = stub_->Watch(&ctx_, wr);
+    thread_ = std::thread([this] {
+      v1::WatchEvent e;
+      while (reader_->Read(&e)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        seen_.push_back(e.transaction().state());
+      }
+      end_ = reader_->Finish();
+    });
+  }
+  ~StateWatch() {
+    if (thread_.joinable()) {
+      ctx_.TryCancel();
+      thread_.join();
+    }
+  }
+  // Waits until the stream ends; how it ended.
+  grpc::Status Join() {
+    thread_.join();
+    return end_;
+  }
+  std::vector<v1::TxnState> seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+
+ private:
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::WatchEvent>> reader_;
+  std::mutex mu_;
+  std::vector<v1::TxnState> seen_;
+  grpc::Status end_;
+  std::thread thread_;
+};
+
 v1::SubmitRequest GatedTransfer(Rig& rig, const std::string& node,
                                 const std::string& prefix, uint32_t from,
                                 uint32_t to) {
@@ -1247,26 +1294,7 @@ TEST_CASE(
     if (!awaiting) SleepMs(50);
   }
   REQUIRE(awaiting);
-  auto channel = grpc::CreateChannel(rig.nodes().address(0),
-                                     grpc::InsecureChannelCredentials());
-  auto coordinator = v1::Coordinator::NewStub(channel);
-  grpc::ClientContext watch_ctx;
-  watch_ctx.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(40));
-  v1::WatchRequest wr;
-  wr.set_gid(gated.gid());
-  auto reader = coordinator->Watch(&watch_ctx, wr);
-  std::vector<v1::TxnState> seen;
-  std::mutex seen_mu;
-  grpc::Status watch_end;
-  std::thread watcher([&] {
-    v1::WatchEvent e;
-    while (reader->Read(&e)) {
-      std::lock_guard<std::mutex> lock(seen_mu);
-      seen.push_back(e.transaction().state());
-    }
-    watch_end = reader->Finish();
-  });
+  StateWatch watch(rig.nodes().address(0), gated.gid(), 40);
 
   // Node 1 drained: every shard moves to node 2.
   REQUIRE(rig.nodes().Drain(0).ok());
@@ -1282,9 +1310,10 @@ TEST_CASE(
   }
   INFO(approved.ToString());
   REQUIRE(approved.ok());
-  watcher.join();
+  const grpc::Status watch_end = watch.Join();
   INFO(watch_end.error_message());
   CHECK(watch_end.ok());
+  const std::vector<v1::TxnState> seen = watch.seen();
   REQUIRE(!seen.empty());
   CHECK(seen.front() == v1::TXN_STATE_AWAITING_APPROVAL);
   CHECK(seen.back() == v1::TXN_STATE_CONFIRMED);
@@ -1313,6 +1342,8 @@ TEST_CASE(
                         std::chrono::seconds(40));
   v1::WatchRequest open_wr;
   open_wr.set_gid(open.gid());
+  auto coordinator = v1::Coordinator::NewStub(grpc::CreateChannel(
+      rig.nodes().address(0), grpc::InsecureChannelCredentials()));
   auto open_reader = coordinator->Watch(&open_ctx, open_wr);
   v1::WatchEvent first_event;
   REQUIRE(open_reader->Read(&first_event));  // the relay is running
@@ -1537,33 +1568,11 @@ TEST_CASE(
   v1::SubmitRequest gated = GatedTransfer(rig, two, "routing-kill", 9, 10);
   REQUIRE(client_two.Submit(gated).ok());
   // Watched at node 1: a relay of node 2's stream.
-  auto channel = grpc::CreateChannel(rig.nodes().address(0),
-                                     grpc::InsecureChannelCredentials());
-  auto coordinator = v1::Coordinator::NewStub(channel);
-  grpc::ClientContext watch_ctx;
-  watch_ctx.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::seconds(60));
-  v1::WatchRequest wr;
-  wr.set_gid(gated.gid());
-  auto reader = coordinator->Watch(&watch_ctx, wr);
-  std::vector<v1::TxnState> seen;
-  std::mutex seen_mu;
-  grpc::Status watch_end;
-  std::thread watcher([&] {
-    v1::WatchEvent e;
-    while (reader->Read(&e)) {
-      std::lock_guard<std::mutex> lock(seen_mu);
-      seen.push_back(e.transaction().state());
-    }
-    watch_end = reader->Finish();
-  });
+  StateWatch watch(rig.nodes().address(0), gated.gid(), 60);
   bool awaiting = false;
   for (int i = 0; i < 200 && !awaiting; ++i) {
-    {
-      std::lock_guard<std::mutex> lock(seen_mu);
-      awaiting =
-          !seen.empty() && seen.back() == v1::TXN_STATE_AWAITING_APPROVAL;
-    }
+    const std::vector<v1::TxnState> seen = watch.seen();
+    awaiting = !seen.empty() && seen.back() == v1::TXN_STATE_AWAITING_APPROVAL;
     if (!awaiting) SleepMs(50);
   }
   REQUIRE(awaiting);
@@ -1583,9 +1592,10 @@ TEST_CASE(
   INFO(approved.ToString());
   REQUIRE(approved.ok());
   // The Watch opened before the kill follows it to CONFIRMED and ends.
-  watcher.join();
+  const grpc::Status watch_end = watch.Join();
   INFO(watch_end.error_code() << " " << watch_end.error_message());
   CHECK(watch_end.ok());
+  const std::vector<v1::TxnState> seen = watch.seen();
   REQUIRE(!seen.empty());  // AWAITING_APPROVAL among them, before the kill
   CHECK(seen.back() == v1::TXN_STATE_CONFIRMED);
   rig.banks().SetClientAddresses({rig.nodes().address(0)});
