@@ -663,9 +663,9 @@ void Server::Impl::WalStats() {
 // flushed it, seconds after the drain): once a second the allocator's free
 // bytes are read (mallinfo2: a walk of the arenas' bins), and when 16 MiB
 // more is free than at the lowest since the last trim, it trims. Without
-// that, tccd on etcd kept 33-87 MiB free but resident after a drained
-// backlog (memory_integration_etcd_test failed 2 runs of 3 here, 1 of 3 in
-// CI; gdb's malloc_trim took 94 MiB down to 61).
+// that, tccd on etcd kept about 33 MiB free but resident after a drained
+// backlog (gdb's malloc_trim took it from 94 MiB to 61), and
+// memory_integration_etcd_test failed in one CI run of three.
 void Server::Impl::ReturnFreedMemory(int64_t memory_bytes) {
   auto trim = [this] {
     malloc_trim(0);
