@@ -246,6 +246,19 @@ class Rig {
     for (auto& p : proxies_) p->SetMode(mode);
   }
 
+  // Two nodes, each owning a share of the shards (the routing tests).
+  void StartTwoSharing() {
+    StartNodes(2);
+    REQUIRE(WaitEachOwns({nodes_->node_id(0), nodes_->node_id(1)}, 30000));
+  }
+
+  // A plaintext client of node i alone.
+  std::unique_ptr<tcc::client::CoordinatorClient> ClientOf(int i) {
+    tcc::client::ClientOptions o;
+    o.addresses = {nodes_->address(i)};
+    return std::make_unique<tcc::client::CoordinatorClient>(o);
+  }
+
   // Creates the cluster and starts `n` nodes, one after the other; node i
   // dials `etcd[i]` when given (fault proxies).
   void StartNodes(int n,
@@ -1239,19 +1252,16 @@ TEST_CASE(
     "[cluster-routing]") {
   const AdminTokens tokens;
   Rig rig("routing", false, {"--admin-token-file", tokens.path});
-  rig.StartNodes(2);
+  rig.StartTwoSharing();
   const std::string one = rig.nodes().node_id(0);
   const std::string two = rig.nodes().node_id(1);
-  REQUIRE(rig.WaitEachOwns({one, two}, 30000));
-  tcc::client::ClientOptions at_one;
-  at_one.addresses = {rig.nodes().address(0)};
-  tcc::client::CoordinatorClient client_one(at_one);
+  auto client_one = rig.ClientOf(0);
 
   // Finished on node 1: its archive keeps the full record.
   auto done = rig.banks().Transfer("bank-a", 1, "bank-b", 2, 5);
   done.set_gid(GidOwnedBy(rig, one, "routing-done"));
   done.set_wait_for(v1::WAIT_FOR_FINISHED);
-  auto finished = client_one.Submit(done);
+  auto finished = client_one->Submit(done);
   INFO(finished.status().ToString());
   REQUIRE(finished.ok());
   REQUIRE(finished->transaction().state() == v1::TXN_STATE_CONFIRMED);
@@ -1286,10 +1296,10 @@ TEST_CASE(
 
   // Gated on node 1, waiting for an approval; watched at node 1.
   v1::SubmitRequest gated = GatedTransfer(rig, one, "routing-gated", 3, 4);
-  REQUIRE(client_one.Submit(gated).ok());
+  REQUIRE(client_one->Submit(gated).ok());
   bool awaiting = false;
   for (int i = 0; i < 200 && !awaiting; ++i) {
-    auto v = client_one.Get(gated.gid());
+    auto v = client_one->Get(gated.gid());
     awaiting = v.ok() && v->state() == v1::TXN_STATE_AWAITING_APPROVAL;
     if (!awaiting) SleepMs(50);
   }
@@ -1333,10 +1343,8 @@ TEST_CASE(
   // elsewhere), as it ends a local one, not by gRPC's shutdown deadline
   // cancelling the stream.
   v1::SubmitRequest open = GatedTransfer(rig, two, "routing-open", 5, 6);
-  tcc::client::ClientOptions at_two;
-  at_two.addresses = {rig.nodes().address(1)};
-  tcc::client::CoordinatorClient client_two(at_two);
-  REQUIRE(client_two.Submit(open).ok());
+  auto client_two = rig.ClientOf(1);
+  REQUIRE(client_two->Submit(open).ok());
   grpc::ClientContext open_ctx;
   open_ctx.set_deadline(std::chrono::system_clock::now() +
                         std::chrono::seconds(40));
@@ -1417,10 +1425,9 @@ TEST_CASE(
                    "\n    key_file: ", q(node_cert->key_file),
                    "\n    identities: [tccd-node]\n");
   Rig rig("routing-tls", false, {}, node_yaml, peers);
-  rig.StartNodes(2);
+  rig.StartTwoSharing();
   const std::string one = rig.nodes().node_id(0);
   const std::string two = rig.nodes().node_id(1);
-  REQUIRE(rig.WaitEachOwns({one, two}, 30000));
   // A client at node 1 with a certificate of its own; one attempt, so a
   // refusal shows.
   auto client_at_one = [&](const std::string& identity) {
@@ -1489,17 +1496,14 @@ TEST_CASE(
     "[cluster-routing]") {
   const AdminTokens tokens;
   Rig rig("routing-admin", false, {"--admin-token-file", tokens.path});
-  rig.StartNodes(2);
+  rig.StartTwoSharing();
   const std::string one = rig.nodes().node_id(0);
   const std::string two = rig.nodes().node_id(1);
-  REQUIRE(rig.WaitEachOwns({one, two}, 30000));
-  tcc::client::ClientOptions at_one;
-  at_one.addresses = {rig.nodes().address(0)};
-  tcc::client::CoordinatorClient client_one(at_one);
+  auto client_one = rig.ClientOf(0);
 
   // Node 2's gid, gated, submitted at node 1 (forwarded).
   v1::SubmitRequest gated = GatedTransfer(rig, two, "routing-admin", 7, 8);
-  REQUIRE(client_one.Submit(gated).ok());
+  REQUIRE(client_one->Submit(gated).ok());
   auto admin_one = AdminAt(rig.nodes().address(0));
   bool awaiting = false;
   for (int i = 0; i < 200 && !awaiting; ++i) {
@@ -1556,17 +1560,14 @@ TEST_CASE(
     "[cluster-routing]") {
   const AdminTokens tokens;
   Rig rig("routing-kill", false, {"--admin-token-file", tokens.path});
-  rig.StartNodes(2);
+  rig.StartTwoSharing();
   const std::string one = rig.nodes().node_id(0);
   const std::string two = rig.nodes().node_id(1);
-  REQUIRE(rig.WaitEachOwns({one, two}, 30000));
-  tcc::client::ClientOptions at_two;
-  at_two.addresses = {rig.nodes().address(1)};
-  tcc::client::CoordinatorClient client_two(at_two);
+  auto client_two = rig.ClientOf(1);
 
   // Node 2's gid, gated (it waits, so it is in flight when node 2 dies).
   v1::SubmitRequest gated = GatedTransfer(rig, two, "routing-kill", 9, 10);
-  REQUIRE(client_two.Submit(gated).ok());
+  REQUIRE(client_two->Submit(gated).ok());
   // Watched at node 1: a relay of node 2's stream.
   StateWatch watch(rig.nodes().address(0), gated.gid(), 60);
   bool awaiting = false;

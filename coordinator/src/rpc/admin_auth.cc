@@ -128,9 +128,9 @@ std::string PeerAddressWithoutPort(const std::string& peer) {
   return std::string(p);
 }
 
-std::string ClientIdentity(const grpc::ServerContextBase& ctx) {
-  const std::vector<std::string> ids = PeerCertIdentities(ctx);
-  if (!ids.empty()) return absl::StrCat("cert:", ids.front());
+std::string ClientIdentity(const grpc::ServerContextBase& ctx,
+                           const std::vector<std::string>& cert_ids) {
+  if (!cert_ids.empty()) return absl::StrCat("cert:", cert_ids.front());
   return absl::StrCat("ip:", PeerAddressWithoutPort(ctx.peer()));
 }
 

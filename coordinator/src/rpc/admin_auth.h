@@ -71,9 +71,10 @@ class AdminAuth {
 std::vector<std::string> PeerCertIdentities(const grpc::ServerContextBase& ctx);
 
 // Who a Coordinator caller is, for per-client limits: "cert:ID" (the first
-// certificate identity) with mutual TLS, else "ip:ADDRESS" (the peer's
-// address without its port).
-std::string ClientIdentity(const grpc::ServerContextBase& ctx);
+// of `cert_ids`, its PeerCertIdentities) with mutual TLS, else "ip:ADDRESS"
+// (the peer's address without its port).
+std::string ClientIdentity(const grpc::ServerContextBase& ctx,
+                           const std::vector<std::string>& cert_ids);
 
 // "ipv4:127.0.0.1:5000" -> "127.0.0.1"; "ipv6:[::1]:5000" -> "::1".
 std::string PeerAddressWithoutPort(const std::string& peer);

@@ -730,17 +730,16 @@ absl::Status CoordinatorService::CheckRate(grpc::CallbackServerContext* ctx) {
   if (options_.rate_limiter == nullptr || !options_.rate_limiter->enabled()) {
     return absl::OkStatus();
   }
+  const std::vector<std::string> cert_ids = PeerCertIdentities(*ctx);
   // A call a node forwarded: the node its caller called limited it.
-  if (!options_.peer_identities.empty()) {
-    for (const std::string& id : PeerCertIdentities(*ctx)) {
-      if (std::find(options_.peer_identities.begin(),
-                    options_.peer_identities.end(),
-                    id) != options_.peer_identities.end()) {
-        return absl::OkStatus();
-      }
+  for (const std::string& id : cert_ids) {
+    if (std::find(options_.peer_identities.begin(),
+                  options_.peer_identities.end(),
+                  id) != options_.peer_identities.end()) {
+      return absl::OkStatus();
     }
   }
-  const std::string client = ClientIdentity(*ctx);
+  const std::string client = ClientIdentity(*ctx, cert_ids);
   if (options_.rate_limiter->Admit(client)) return absl::OkStatus();
   return absl::ResourceExhaustedError(
       absl::StrCat("too many requests from ", client,
