@@ -79,11 +79,19 @@ bool IsNoSpace(const absl::Status& s) {
          absl::StrContains(s.message(), "database space exceeded");
 }
 
+bool IsAnswerTooLarge(const absl::Status& s) {
+  // gRPC's own check of a message this client received ("Received ...",
+  // from the C++ core; etcd's server, in Go, says "grpc: received message
+  // larger than max" of a request it refused unread).
+  return absl::IsResourceExhausted(s) &&
+         absl::StrContains(s.message(), "Received message larger than max");
+}
+
 bool IsTooLarge(const absl::Status& s) {
   return (absl::IsInvalidArgument(s) &&
           (absl::StrContains(s.message(), "too many operations") ||
            absl::StrContains(s.message(), "request is too large"))) ||
-         (absl::IsResourceExhausted(s) &&
+         (absl::IsResourceExhausted(s) && !IsAnswerTooLarge(s) &&
           absl::StrContains(s.message(), "larger than max"));
 }
 
@@ -446,6 +454,17 @@ absl::StatusOr<etcdserverpb::TxnResponse> Client::Txn(
                          txns_sent_.fetch_add(1);
                          return m.kv->Txn(&c, request, &response);
                        });
+  if (IsAnswerTooLarge(s)) {
+    // etcd applied the Txn (or refused its compares) and answered; this
+    // client would not take the answer. Which of the two is unknown.
+    return absl::UnknownError(absl::StrCat(
+        s.message(),
+        ": etcd's answer is larger than the client's "
+        "max_message_bytes (",
+        options_.max_message_bytes,
+        "), the Txn's outcome is unknown (it was applied if its compares "
+        "held)"));
+  }
   if (!s.ok()) return s;
   return response;
 }

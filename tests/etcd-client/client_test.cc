@@ -135,6 +135,48 @@ TEST_CASE("--max-txn-ops counts along the nesting; a key twice is refused") {
              Catch::Contains("duplicate key"));
 }
 
+TEST_CASE(
+    "a Txn whose answer is over the client's limit is an unknown outcome") {
+  // etcd applied it and answered; the client would not take the answer
+  // (its max_message_bytes). Nothing says whether its compares held: an
+  // unknown outcome, never "too large" (which says nothing was applied and
+  // has the caller split the Txn and send its parts again).
+  ClientOptions o;
+  o.endpoints = SharedEtcdEndpoints();
+  o.max_message_bytes = 64 << 10;
+  std::unique_ptr<Client> c = Connect(o);
+  const std::string p = UniqueKeyPrefix("answer");
+  pb::TxnRequest put;
+  Put(put, p + "a", std::string(40 << 10, 'a'));
+  REQUIRE(c->Txn(put).ok());
+  pb::TxnRequest put2;
+  Put(put2, p + "b", std::string(40 << 10, 'b'));
+  REQUIRE(c->Txn(put2).ok());
+  pb::TxnRequest del;  // small; its answer carries both values (80 KiB)
+  pb::DeleteRangeRequest* d = del.add_success()->mutable_request_delete_range();
+  d->set_key(p);
+  d->set_range_end(p + "\xff");
+  d->set_prev_kv(true);
+  absl::StatusOr<pb::TxnResponse> r = c->Txn(del);
+  INFO(r.status().ToString());
+  CHECK_FALSE(r.ok());
+  CHECK(IsUnknownOutcome(r.status()));
+  CHECK_FALSE(IsTooLarge(r.status()));
+  CHECK_THAT(std::string(r.status().message()),
+             Catch::Contains("max_message_bytes"));
+  // It did apply.
+  CHECK(absl::IsNotFound(Get(*c, p + "a").status()));
+  CHECK(absl::IsNotFound(Get(*c, p + "b").status()));
+  // A request over the client's limit is not sent: too large, not unknown.
+  pb::TxnRequest big;
+  Put(big, p + "c", std::string(80 << 10, 'c'));
+  absl::StatusOr<pb::TxnResponse> over = c->Txn(big);
+  INFO(over.status().ToString());
+  CHECK(IsTooLarge(over.status()));
+  CHECK_FALSE(IsUnknownOutcome(over.status()));
+  CHECK(absl::IsNotFound(Get(*c, p + "c").status()));
+}
+
 TEST_CASE("a call past its deadline is DEADLINE_EXCEEDED, an unknown outcome") {
   EtcdFaultProxy proxy(SharedEtcdEndpoints()[0]);
   ClientOptions o;

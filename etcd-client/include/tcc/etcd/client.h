@@ -97,8 +97,15 @@ bool IsUnknownOutcome(const absl::Status& status);
 // True for etcd's "database space exceeded" (its quota alarm is on).
 bool IsNoSpace(const absl::Status& status);
 // True for a Txn etcd refused for its size: too many operations, a request
-// too large (for --max-txn-ops or --max-request-bytes, or gRPC's limit).
+// too large (for --max-txn-ops or --max-request-bytes, or gRPC's limit on
+// what this client sends or etcd receives). Nothing of it was applied. An
+// answer larger than the client's max_message_bytes is not this: etcd
+// applied the Txn, and Txn says UNKNOWN (an unknown outcome).
 bool IsTooLarge(const absl::Status& status);
+// True for an answer larger than the client's max_message_bytes, which the
+// client refused (etcd did the call). A Range may ask for less (a smaller
+// limit); Txn turns it into UNKNOWN.
+bool IsAnswerTooLarge(const absl::Status& status);
 // True for "required revision has been compacted".
 bool IsCompacted(const absl::Status& status);
 
