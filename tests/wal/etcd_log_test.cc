@@ -1322,6 +1322,79 @@ TEST_CASE("a registration too large for one etcd request is INVALID_ARGUMENT") {
   CHECK(Register(h.log(), "small").ok());
 }
 
+TEST_CASE(
+    "records that outweigh the client's answer limit are scanned in smaller "
+    "pages, and finished whole in groups whose answers fit") {
+  // A finishing write deletes its gid's record keys and gets their values
+  // back in the group's answer (for the archive). 8 gids of 100 KiB of
+  // records each would answer 800 KiB to a client that takes 256 KiB: the
+  // groups must be cut by what they answer, not only by what they send.
+  // Before they were, etcd applied the group, the client refused the
+  // answer, the log took it for "too large" (nothing applied), sent the
+  // halves again and answered ABORTED ("another writer changed it"), and
+  // the archive got no full record.
+  EtcdHarness h(RetentionPolicy{},
+                EtcdHarnessOptions{.endpoints = {},
+                                   .shards = 1,
+                                   .max_txn_ops = 1024,
+                                   .max_request_bytes = 200 << 10,
+                                   .max_message_bytes = 256 << 10});
+  constexpr int kGids = 8;
+  std::vector<AppendRequest> registrations;
+  for (int i = 0; i < kGids; ++i) {
+    const std::string gid = "big" + std::to_string(i);
+    Registered r = MakeRegistered(gid, 100);
+    r.branches[0].payload = std::string(100 << 10, static_cast<char>('a' + i));
+    registrations.push_back(Req(gid, {r}));
+  }
+  for (const absl::Status& s : AppendAll(h.log(), std::move(registrations))) {
+    REQUIRE(s.ok());
+  }
+  // A scan (a takeover's) reads them all though one page of 1000 keys
+  // would answer 800 KiB: its pages get fewer keys. Before, it failed
+  // RESOURCE_EXHAUSTED every time, and the shard could not be taken.
+  int scanned = 0;
+  size_t payload_bytes = 0;
+  const absl::Status scan = h.log().ScanUnfinished(0, [&](TxnLog t) {
+    payload_bytes +=
+        std::get<Registered>(t.records[0]).branches[0].payload.size();
+    ++scanned;
+    return absl::OkStatus();
+  });
+  INFO(scan.ToString());
+  REQUIRE(scan.ok());
+  CHECK(scanned == kGids);
+  CHECK(payload_bytes == kGids * (100u << 10));
+  std::vector<AppendRequest> decisions;
+  std::vector<AppendRequest> finishes;
+  for (int i = 0; i < kGids; ++i) {
+    const std::string gid = "big" + std::to_string(i);
+    decisions.push_back(Req(gid, {MakeDecided(Decision::kCancel)}));
+    finishes.push_back(Req(gid, {MakeFinished(TxnState::kCancelled, 9)}));
+  }
+  for (const absl::Status& s : AppendAll(h.log(), std::move(decisions))) {
+    REQUIRE(s.ok());
+  }
+  const uint64_t sent = h.etcd_log().txns_sent();
+  for (const absl::Status& s : AppendAll(h.log(), std::move(finishes))) {
+    INFO(s.ToString());
+    CHECK(s.ok());
+  }
+  // 100 KiB each against an answer of at most 256 KiB: one or two a group.
+  CHECK(h.etcd_log().txns_sent() - sent >= kGids / 2);
+  for (int i = 0; i < kGids; ++i) {
+    const std::string gid = "big" + std::to_string(i);
+    INFO(gid);
+    absl::StatusOr<TxnLog> t = h.log().Read(gid);
+    REQUIRE(t.ok());
+    CHECK(t->summary.state == TxnState::kCancelled);
+    CHECK_FALSE(t->summary.compacted);  // the archive has it whole
+    REQUIRE(t->records.size() == 3);
+    CHECK(std::get<Registered>(t->records[0]).branches[0].payload ==
+          std::string(100 << 10, static_cast<char>('a' + i)));
+  }
+}
+
 TEST_CASE("a write after a stale read is ABORTED until the gid is read again") {
   EtcdHarness h(RetentionPolicy{});
   REQUIRE(Register(h.log(), "g1").ok());

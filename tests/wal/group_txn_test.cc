@@ -155,6 +155,41 @@ TEST_CASE("bytes: a group stays under --max-request-bytes") {
         (256u << 10));
 }
 
+TEST_CASE("answer: finishing writes' records fit the client's answer limit") {
+  const etcd_keys::Layout keys("/p/");
+  GroupTxn group(keys, GroupLimits{100000, 4 << 20, 256 << 10});
+  // A finishing write of a gid with 3 records under record keys of 100 KiB.
+  auto finishing = [](const std::string& gid, uint64_t bytes) {
+    GidWrite w = Write(0, gid, false, 1, true);
+    w.record_key_bytes = bytes;
+    return w;
+  };
+  CHECK(group.AnswerBytes(finishing("f", 100 << 10)) >= (100u << 10));
+  CHECK(group.AnswerBytes(Write(0, "p", false, 1)) == 0);  // not finishing
+  GidWrite inline_only = finishing("i", 0);
+  inline_only.inline_before = {"r0", "r1", "r2"};  // no record keys
+  CHECK(group.AnswerBytes(inline_only) == 0);
+  REQUIRE(group.Fits(finishing("f0", 100 << 10)));
+  group.Put(finishing("f0", 100 << 10));
+  REQUIRE(group.Fits(finishing("f1", 100 << 10)));
+  group.Put(finishing("f1", 100 << 10));
+  CHECK_FALSE(group.Fits(finishing("f2", 100 << 10)));
+  // Writes that answer nothing still fit; a write replacing its own is
+  // counted once.
+  CHECK(group.Fits(Write(0, "p", false, 1)));
+  CHECK(group.Fits(finishing("f1", 100 << 10)));
+  // Removed, its share of the answer goes with it.
+  group.Remove("f1");
+  CHECK(group.Fits(finishing("f2", 100 << 10)));
+  // Unknown bytes (record keys, a head of an earlier version): alone only.
+  GroupTxn fresh(keys, GroupLimits{100000, 4 << 20, 256 << 10});
+  REQUIRE(fresh.Fits(finishing("u", 0)));
+  fresh.Put(finishing("u", 0));
+  CHECK_FALSE(fresh.Fits(finishing("f", 1)));
+  // Larger than the limit alone: still fits a group of its own.
+  CHECK(fresh.FitsAlone(finishing("huge", 10 << 20)));
+}
+
 TEST_CASE("Remove given the gid of the write it removes") {
   // The etcd log removes a write by its own gid (w.gid), which the removal
   // destroys: the group must not read it afterwards.
@@ -204,6 +239,34 @@ std::vector<std::string> EncodedRecords(const GidWrite& w) {
   std::vector<std::string> out;
   for (const Record& r : w.records) out.push_back(EncodeRecord(r));
   return out;
+}
+
+TEST_CASE("a head says how many bytes its record keys hold") {
+  const etcd_keys::Layout keys("/p/");
+  GroupTxn group(keys, GroupLimits{1024, 4 << 20});
+  GidWrite w = Write(0, "g", true, 1);
+  w.records[0] = BigRegistered("g");  // past the head: a record key
+  const uint64_t after = group.RecordKeyBytesAfter(w);
+  CHECK(after > kInlineMaxBytes);
+  group.Put(w);
+  const std::vector<uint64_t> epochs(1, 1);
+  const std::map<std::string, std::string> puts =
+      Puts(group.Build(Fences{&epochs, "/p/quota/n1"}));
+  absl::StatusOr<HeadValue> head =
+      DecodeHead(puts.at(keys.Head(0, "g")), keys.Head(0, "g"));
+  REQUIRE(head.ok());
+  CHECK(head->record_key_bytes == after);
+  // Exactly the record key's key and value.
+  const std::string rec = keys.Record(0, "g", 0);
+  CHECK(after == rec.size() + puts.at(rec).size());
+  // The next write adds its own; unknown stays unknown (0).
+  GidWrite next = Write(0, "g", false, 1);
+  next.first_seq = 1;
+  next.record_key_bytes = after;
+  next.records[0] = BigRegistered("g");
+  CHECK(group.RecordKeyBytesAfter(next) > after);
+  next.record_key_bytes = 0;
+  CHECK(group.RecordKeyBytesAfter(next) == 0);
 }
 
 TEST_CASE("a small transaction's records live in its head until they grow") {

@@ -60,6 +60,9 @@ EtcdHarness::EtcdHarness(const RetentionPolicy& retention,
   }
   etcd::ClientOptions co;
   co.endpoints = options_.endpoints;
+  if (options_.max_message_bytes > 0) {
+    co.max_message_bytes = options_.max_message_bytes;
+  }
   absl::StatusOr<std::unique_ptr<etcd::Client>> client =
       etcd::Client::Connect(co);
   REQUIRE(client.ok());

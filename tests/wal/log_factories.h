@@ -41,6 +41,7 @@ struct EtcdHarnessOptions {
   uint32_t shards = 1;
   size_t max_txn_ops = 1024;
   size_t max_request_bytes = 4 << 20;
+  int max_message_bytes = 0;  // the client's (0: its default)
 };
 
 class EtcdHarness final : public LogHarness {

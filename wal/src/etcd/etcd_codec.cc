@@ -56,7 +56,7 @@ std::string EncodeHead(const HeadValue& head) {
   PutU64(out, head.owner_epoch);
   PutU64(out, head.append_id);
   if (inline_records) PutFramed(out, head.inline_records);
-  out += EncodeSummary(head.summary, head.record_count, 0);
+  out += EncodeSummary(head.summary, head.record_count, head.record_key_bytes);
   return out;
 }
 
@@ -85,6 +85,7 @@ absl::StatusOr<HeadValue> DecodeHead(std::string_view in,
   if (!s.ok()) return Corrupt(key, std::string(s.status().message()));
   head.summary = std::move(s->summary);
   head.record_count = s->record_count;
+  head.record_key_bytes = s->record_bytes;
   if (head.inline_records.size() > head.record_count) {
     return Corrupt(key, "holds more records than its record count");
   }

@@ -5,7 +5,9 @@
 //
 //   head     = u8 version (1), u64 owner_epoch, u64 append_id, summary
 //              (record_codec.h; its record_count is the gid's number of
-//              records, which numbers the next one); or, for a head that
+//              records, which numbers the next one, and its record_bytes
+//              the bytes, keys and values, of its record keys: 0 in a head
+//              an earlier version wrote, unknown then); or, for a head that
 //              holds its transaction's first records itself (inline, see
 //              group_txn.h), u8 version (2), u64 owner_epoch, u64
 //              append_id, u32 count, per record u32 size and the record,
@@ -44,6 +46,10 @@ struct HeadValue {
   // The gid's first records when the head holds them (EncodeRecord of
   // each; at most record_count of them): numbers 0 to size-1.
   std::vector<std::string> inline_records;
+  // What its record keys hold, keys and values (what the finishing Txn's
+  // delete returns). 0 while it has none, and in a head of an earlier
+  // version, which did not count them: unknown if it has record keys.
+  uint64_t record_key_bytes = 0;
 };
 // Version 1 when the head holds no records (what the previous version
 // wrote), else version 2. DecodeHead reads both, and checks that every

@@ -93,14 +93,23 @@ absl::Status RangeAll(
     const std::function<absl::Status(const mvccpb::KeyValue&)>& each,
     int64_t* read_revision = nullptr) {
   std::string from = key;
+  // Keys a page: fewer while a page's answer is more than the client takes
+  // (large records), back up to kMaxPage after.
+  constexpr int64_t kMaxPage = 1000;
+  int64_t limit = kMaxPage;
   while (true) {
     pb::RangeRequest request;
     request.set_key(from);
     request.set_range_end(range_end);
-    request.set_limit(1000);
+    request.set_limit(limit);
     request.set_revision(revision);
     absl::StatusOr<pb::RangeResponse> page = range(request);
+    if (etcd::IsAnswerTooLarge(page.status()) && limit > 1) {
+      limit /= 2;
+      continue;
+    }
     if (!page.ok()) return page.status();
+    limit = std::min(kMaxPage, limit * 2);
     // Every page at the same revision as the first (a consistent view).
     if (revision == 0) revision = page->header().revision();
     if (read_revision != nullptr) *read_revision = revision;
@@ -362,6 +371,8 @@ class EtcdLog::Impl {
     // The head's inline records (HeadValue::inline_records): its next
     // write puts them again (group_txn.h, "Inline records").
     std::vector<std::string> inline_records;
+    // HeadValue::record_key_bytes (0 with record keys: unknown).
+    uint64_t record_key_bytes = 0;
   };
 
   void Complete(Item& item, absl::Status status) {
@@ -417,6 +428,16 @@ class EtcdLog::Impl {
 
   void CommitterLoop();
   void ProcessGroup(std::vector<Item>& items);
+  // A group's limits: etcd's (the options), and of its answer, the records
+  // its finishing writes get back, half of what the client takes of an
+  // answer (its max_message_bytes): the rest is for the answer's other
+  // parts. An answer the client refused would leave the group's outcome
+  // unknown, and the archive without those records.
+  internal::GroupLimits Limits() const {
+    return internal::GroupLimits{
+        options_.max_txn_ops, options_.max_request_bytes,
+        static_cast<size_t>(options_.client->options().max_message_bytes) / 2};
+  }
   // A read-only Txn (ranges only), sent with the attempt deadline and, each
   // time it waits that out, sent again (from the second time on with twice
   // the deadline), for at most txn_timeout_ms in all (etcd_log.h,
@@ -619,6 +640,7 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadEtcd(std::string_view gid_view,
           !s.ok()) {
         return s;
       }
+      view.record_key_bytes += kv.key().size() + kv.value().size();
     }
     if (out.records.size() != h->record_count) {
       return absl::DataLossError(
@@ -1244,6 +1266,7 @@ absl::StatusOr<EtcdLog::Impl::View> EtcdLog::Impl::ViewOf(
     view.record_count = h->record_count;
     view.summary = std::move(h->summary);
     view.inline_records = std::move(h->inline_records);
+    view.record_key_bytes = h->record_key_bytes;
   } else if (done != nullptr) {
     absl::StatusOr<CompactEntry> e =
         internal::DecodeCompact(done->value(), done->key());
@@ -1359,9 +1382,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
   }
 
   // 2. Check every append against its gid's view, merge by gid.
-  internal::GroupTxn group(
-      keys_,
-      internal::GroupLimits{options_.max_txn_ops, options_.max_request_bytes});
+  internal::GroupTxn group(keys_, Limits());
   std::unordered_map<std::string, View>
       working;                          // views as the group leaves them
   std::set<std::string> deferred;       // gids whose later appends wait
@@ -1508,6 +1529,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
       w.head_mod_revision = view.head_mod_revision;
       w.first_seq = view.record_count;
       w.inline_before = view.inline_records;
+      w.record_key_bytes = view.record_key_bytes;
       w.owner_epoch = epochs[k];
       w.append_id = next_append_id_.fetch_add(1);
       if (plan->registers) {
@@ -1780,6 +1802,7 @@ void EtcdLog::Impl::ProcessGroup(std::vector<Item>& items) {
         v.record_count = w.first_seq + w.records.size();
         v.summary = w.summary;
         v.inline_records = internal::InlineAfter(w);
+        v.record_key_bytes = group.RecordKeyBytesAfter(w);
       }
     }
     for (size_t item : w.items) {

@@ -15,6 +15,9 @@ using etcd_keys::PrefixEnd;
 // the protobuf framing, and of the raft request that wraps the Txn).
 constexpr size_t kOpOverhead = 24;
 constexpr size_t kRequestSlack = 16 << 10;
+// What an answer adds per key it returns beyond its key and value (its
+// revisions, version and lease, and the framing): a generous bound.
+constexpr size_t kKvOverhead = 64;
 
 pb::Compare* AddCompare(pb::TxnRequest& txn, const std::string& key,
                         pb::Compare::CompareTarget target,
@@ -75,8 +78,9 @@ size_t InlineBytes(const std::vector<std::string>& records) {
   return bytes;
 }
 
-HeadValue HeadOf(const GidWrite& w) {
+HeadValue HeadOf(const GidWrite& w, uint64_t record_key_bytes) {
   HeadValue h;
+  h.record_key_bytes = record_key_bytes;
   h.owner_epoch = w.owner_epoch;
   h.append_id = w.append_id;
   h.record_count = w.first_seq + w.records.size();
@@ -143,6 +147,25 @@ size_t GroupTxn::GidBytes(const GidWrite& w) const {
   return bytes;
 }
 
+size_t GroupTxn::AnswerBytes(const GidWrite& w) const {
+  if (!w.finishes || w.registers || !HasRecordKeys(w)) return 0;
+  if (w.record_key_bytes == 0) {
+    return std::max<size_t>(1, limits_.max_answer_bytes);  // unknown
+  }
+  // Every record key holds one record at least.
+  const size_t keys = w.first_seq - w.inline_before.size();
+  return w.record_key_bytes + keys * kKvOverhead;
+}
+
+uint64_t GroupTxn::RecordKeyBytesAfter(const GidWrite& w) const {
+  if (w.finishes || (HasRecordKeys(w) && w.record_key_bytes == 0)) return 0;
+  uint64_t bytes = w.record_key_bytes;
+  if (!w.records.empty() && !RecordsInline(w)) {
+    bytes += keys_.Record(w.shard, w.gid, w.first_seq).size() + RecordsSize(w);
+  }
+  return bytes;
+}
+
 size_t GroupTxn::OpsWith(uint32_t shard, size_t gids, size_t gid_max,
                          size_t shards, size_t approvals) const {
   size_t deepest = approvals > 0 ? 1 : 0;
@@ -175,9 +198,17 @@ bool GroupTxn::Fits(const GidWrite& w) const {
   next.gid_max = std::max(next.gid_max, GidCost(w));
   bytes += GidBytes(w);
   const size_t shards = stats_.size() + (st == stats_.end() ? 1 : 0);
+  // The answer: the first write that answers records always fits.
+  size_t answer = answer_bytes_;
+  auto old_answer = write_answer_.find(w.gid);
+  if (old_answer != write_answer_.end()) answer -= old_answer->second;
+  const size_t mine = AnswerBytes(w);
+  const bool answer_fits = limits_.max_answer_bytes == 0 || mine == 0 ||
+                           answer == 0 ||
+                           answer + mine <= limits_.max_answer_bytes;
   return OpsWith(w.shard, next.gids, next.gid_max, shards, approvals_.size()) <=
              limits_.max_txn_ops &&
-         bytes + kRequestSlack <= limits_.max_request_bytes;
+         bytes + kRequestSlack <= limits_.max_request_bytes && answer_fits;
 }
 
 bool GroupTxn::FitsAlone(const GidWrite& w) const {
@@ -212,6 +243,11 @@ void GroupTxn::Put(GidWrite w) {
   const size_t b = GidBytes(w);
   bytes_ += b;
   write_bytes_[w.gid] = b;
+  auto old_answer = write_answer_.find(w.gid);
+  if (old_answer != write_answer_.end()) answer_bytes_ -= old_answer->second;
+  const size_t answer = AnswerBytes(w);
+  answer_bytes_ += answer;
+  write_answer_[w.gid] = answer;
   std::string gid = w.gid;
   writes_[gid] = std::move(w);
 }
@@ -221,6 +257,8 @@ void GroupTxn::Remove(std::string gid) {
   if (w == writes_.end()) return;
   bytes_ -= write_bytes_[gid];
   write_bytes_.erase(gid);
+  answer_bytes_ -= write_answer_[gid];
+  write_answer_.erase(gid);
   const uint32_t shard = w->second.shard;
   writes_.erase(w);
   for (auto it = order_.begin(); it != order_.end(); ++it) {
@@ -303,7 +341,7 @@ void GroupTxn::BuildGid(const GidWrite& w, pb::TxnRequest& t) const {
     if (!w.records.empty() && !RecordsInline(w)) {
       AddPut(t, keys_.Record(w.shard, w.gid, w.first_seq), RecordsOf(w));
     }
-    AddPut(t, head, EncodeHead(HeadOf(w)));
+    AddPut(t, head, EncodeHead(HeadOf(w, RecordKeyBytesAfter(w))));
   }
   // No failure ops: a refused gid's keys are read after the group (the
   // etcd log), not carried in every Txn for the rare refusal.

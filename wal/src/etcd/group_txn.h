@@ -85,6 +85,9 @@ struct GidWrite {
   std::vector<std::pair<Approval, int64_t>> consumed;
   std::string compact_value;  // finishing: the compact entry
   std::vector<size_t> items;  // the group's items it answers
+  // Its record keys' bytes before the group (HeadValue::record_key_bytes;
+  // 0 with record keys: unknown).
+  uint64_t record_key_bytes = 0;
 };
 
 // The most a head holds of its transaction's records (their encoded bytes).
@@ -107,6 +110,10 @@ struct NewApproval {
 struct GroupLimits {
   size_t max_txn_ops = 1024;
   size_t max_request_bytes = 4 << 20;
+  // The most the group's answer may carry of the record keys its finishing
+  // writes delete (0: no bound). A write whose record keys' bytes are
+  // unknown counts as the whole of it; one write alone always fits.
+  size_t max_answer_bytes = 0;
 };
 
 // The shard fences: epoch per shard; and the node's quota probe key
@@ -136,6 +143,13 @@ class GroupTxn {
   // The ops and bytes `w` costs as it stands.
   static size_t GidCost(const GidWrite& w);
   size_t GidBytes(const GidWrite& w) const;
+  // What the group's answer carries for `w`: the record keys a finishing
+  // write deletes (at most, framing included), limits.max_answer_bytes when
+  // unknown; 0 for any other write.
+  size_t AnswerBytes(const GidWrite& w) const;
+  // Its record keys' bytes after the group (the head it puts says so; 0 if
+  // unknown before, or finishing).
+  uint64_t RecordKeyBytesAfter(const GidWrite& w) const;
 
   // Whether the group still fits etcd's limits with `w` in it (replacing
   // the write of the same gid, if any).
@@ -180,7 +194,9 @@ class GroupTxn {
   const GroupLimits limits_;
   std::vector<std::pair<uint32_t, std::vector<std::string>>> order_;
   std::map<std::string, GidWrite> writes_;
-  std::map<std::string, size_t> write_bytes_;  // GidBytes of each write
+  std::map<std::string, size_t> write_bytes_;   // GidBytes of each write
+  std::map<std::string, size_t> write_answer_;  // AnswerBytes of each write
+  size_t answer_bytes_ = 0;                     // their sum
   std::map<uint32_t, ShardStats> stats_;
   std::vector<NewApproval> approvals_;
   size_t bytes_ = 0;  // of writes_ and approvals_
