@@ -40,6 +40,12 @@
 // compares, success ops and failure ops, and along every path the levels'
 // costs add up: top (shards + approvals + the quota put) + shard (its gids, at
 // least 2) + gid (its own) must stay within max_txn_ops.
+//
+// The answer: the record keys the finishing writes delete come back in it,
+// and a client takes answers of a bounded size only (one it refuses leaves
+// the Txn's outcome unknown, and the archive without those records): their
+// bytes, as each head counts them (HeadValue::record_key_bytes), stay within
+// GroupLimits::max_answer_bytes.
 #pragma once
 
 #include <cstddef>

@@ -40,7 +40,9 @@
 // over its levels of the largest of compares, success ops and failure ops) and
 // options.max_request_bytes; an append that cannot fit alone is
 // INVALID_ARGUMENT. A Txn etcd refuses whole for its size is sent again split,
-// in order. Appends complete once etcd answered their Txn, but for the held
+// in order. A group's answer is bounded too: the records its finishing
+// writes delete, which come back in it for the archive, take at most half
+// the client's max_message_bytes (group_txn.h). Appends complete once etcd answered their Txn, but for the held
 // ones below.
 //
 // Held buffered appends (DESIGN.md section 14, "Group commit": buffered
