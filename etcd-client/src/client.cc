@@ -82,8 +82,9 @@ bool IsNoSpace(const absl::Status& s) {
 bool IsAnswerTooLarge(const absl::Status& s) {
   // gRPC's own check of a message this client received ("Received ...",
   // from the C++ core; etcd's server, in Go, says "grpc: received message
-  // larger than max" of a request it refused unread).
-  return absl::IsResourceExhausted(s) &&
+  // larger than max" of a request it refused unread); UNKNOWN is how Txn
+  // passes it on.
+  return (absl::IsResourceExhausted(s) || absl::IsUnknown(s)) &&
          absl::StrContains(s.message(), "Received message larger than max");
 }
 
@@ -454,7 +455,7 @@ absl::StatusOr<etcdserverpb::TxnResponse> Client::Txn(
                          txns_sent_.fetch_add(1);
                          return m.kv->Txn(&c, request, &response);
                        });
-  if (IsAnswerTooLarge(s)) {
+  if (absl::IsResourceExhausted(s) && IsAnswerTooLarge(s)) {
     // etcd applied the Txn (or refused its compares) and answered; this
     // client would not take the answer. Which of the two is unknown.
     return absl::UnknownError(absl::StrCat(

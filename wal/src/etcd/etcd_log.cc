@@ -93,10 +93,10 @@ absl::Status RangeAll(
     const std::function<absl::Status(const mvccpb::KeyValue&)>& each,
     int64_t* read_revision = nullptr) {
   std::string from = key;
-  // Keys a page: fewer while a page's answer is more than the client takes
-  // (large records), back up to kMaxPage after.
-  constexpr int64_t kMaxPage = 1000;
-  int64_t limit = kMaxPage;
+  // Keys a page: 1000, fewer from a page whose answer is more than the
+  // client takes (large records) on: the keys of one range are alike, and a
+  // refused page cost etcd the whole read.
+  int64_t limit = 1000;
   while (true) {
     pb::RangeRequest request;
     request.set_key(from);
@@ -109,7 +109,6 @@ absl::Status RangeAll(
       continue;
     }
     if (!page.ok()) return page.status();
-    limit = std::min(kMaxPage, limit * 2);
     // Every page at the same revision as the first (a consistent view).
     if (revision == 0) revision = page->header().revision();
     if (read_revision != nullptr) *read_revision = revision;
@@ -581,7 +580,9 @@ int64_t NowMs() { return etcd::SystemBootClock::Default().NowMs(); }
 }  // namespace
 
 void EtcdLog::Impl::NoteReachable(const absl::Status& s) {
-  if (s.ok() || absl::IsNotFound(s)) {  // NOT_FOUND: etcd answered "absent"
+  // NOT_FOUND: etcd answered "absent"; an answer too large for the client
+  // is an answer too.
+  if (s.ok() || absl::IsNotFound(s) || etcd::IsAnswerTooLarge(s)) {
     last_answer_ms_.store(NowMs());
     unreachable_since_ms_.store(0);
   } else if (etcd::IsUnknownOutcome(s)) {
@@ -621,8 +622,32 @@ absl::StatusOr<TxnLog> EtcdLog::Impl::ReadEtcd(std::string_view gid_view,
   // A probe has its own short deadline (ReadGate); any other read is sent
   // as the committer's are (ReadTxn), so a read lost with etcd's leader is
   // sent again in about a second instead of waiting out the call timeout.
-  absl::StatusOr<pb::TxnResponse> r =
-      timeout_ms > 0 ? options_.client->Txn(txn, timeout_ms) : ReadTxn(txn);
+  auto send = [&](const pb::TxnRequest& t) {
+    return timeout_ms > 0 ? options_.client->Txn(t, timeout_ms) : ReadTxn(t);
+  };
+  absl::StatusOr<pb::TxnResponse> r = send(txn);
+  if (etcd::IsAnswerTooLarge(r.status())) {
+    // Records more than the client takes in one answer: the head and the
+    // compact entry, then the record keys in pages at that revision.
+    pb::TxnRequest small;
+    AddRange(small, true, keys_.Head(k, gid));
+    AddRange(small, true, keys_.Done(k, gid));
+    r = send(small);
+    if (!r.ok()) return r.status();
+    pb::ResponseOp records;
+    records.mutable_response_range();
+    absl::Status s =
+        RangeAll(read_range_, rec, PrefixEnd(rec), r->header().revision(),
+                 [&](const mvccpb::KeyValue& kv) {
+                   *records.mutable_response_range()->add_kvs() = kv;
+                   return absl::OkStatus();
+                 });
+    if (!s.ok()) return s;
+    // As the one Txn answers: head, records, compact entry.
+    pb::ResponseOp done = std::move(*r->mutable_responses(1));
+    *r->mutable_responses(1) = std::move(records);
+    *r->add_responses() = std::move(done);
+  }
   if (!r.ok()) return r.status();
   if (absl::Status s = CheckHeader(cluster_, r->header()); !s.ok()) return s;
   View view;

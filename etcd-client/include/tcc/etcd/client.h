@@ -103,8 +103,9 @@ bool IsNoSpace(const absl::Status& status);
 // applied the Txn, and Txn says UNKNOWN (an unknown outcome).
 bool IsTooLarge(const absl::Status& status);
 // True for an answer larger than the client's max_message_bytes, which the
-// client refused (etcd did the call). A Range may ask for less (a smaller
-// limit); Txn turns it into UNKNOWN.
+// client refused (etcd did the call, and is reachable): RESOURCE_EXHAUSTED
+// from a Range, which may ask for less (a smaller limit); UNKNOWN from a Txn
+// (an unknown outcome).
 bool IsAnswerTooLarge(const absl::Status& status);
 // True for "required revision has been compacted".
 bool IsCompacted(const absl::Status& status);

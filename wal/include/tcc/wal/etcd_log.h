@@ -42,7 +42,9 @@
 // INVALID_ARGUMENT. A Txn etcd refuses whole for its size is sent again split,
 // in order. A group's answer is bounded too: the records its finishing
 // writes delete, which come back in it for the archive, take at most half
-// the client's max_message_bytes (group_txn.h). Appends complete once etcd answered their Txn, but for the held
+// the client's max_message_bytes (group_txn.h), but for a write alone in
+// its group; an answer the client refuses is an unknown outcome, resolved
+// as a lost one (below). Appends complete once etcd answered their Txn, but for the held
 // ones below.
 //
 // Held buffered appends (DESIGN.md section 14, "Group commit": buffered
