@@ -1322,6 +1322,23 @@ TEST_CASE("a registration too large for one etcd request is INVALID_ARGUMENT") {
   CHECK(Register(h.log(), "small").ok());
 }
 
+// A harness whose client takes answers of at most `max_message_bytes`, and
+// whose log sends requests of at most 200 KiB (one 100 KiB record fits).
+EtcdHarnessOptions SmallAnswers(int max_message_bytes) {
+  return EtcdHarnessOptions{.endpoints = {},
+                            .shards = 1,
+                            .max_txn_ops = 1024,
+                            .max_request_bytes = 200 << 10,
+                            .max_message_bytes = max_message_bytes};
+}
+
+// A registration of `gid` whose payload is 100 KiB of `fill`.
+Registered Registration100KiB(const std::string& gid, char fill) {
+  Registered r = MakeRegistered(gid, 100);
+  r.branches[0].payload = std::string(100 << 10, fill);
+  return r;
+}
+
 TEST_CASE(
     "records that outweigh the client's answer limit are scanned in smaller "
     "pages, and finished whole in groups whose answers fit") {
@@ -1333,19 +1350,13 @@ TEST_CASE(
   // answer, the log took it for "too large" (nothing applied), sent the
   // halves again and answered ABORTED ("another writer changed it"), and
   // the archive got no full record.
-  EtcdHarness h(RetentionPolicy{},
-                EtcdHarnessOptions{.endpoints = {},
-                                   .shards = 1,
-                                   .max_txn_ops = 1024,
-                                   .max_request_bytes = 200 << 10,
-                                   .max_message_bytes = 256 << 10});
+  EtcdHarness h(RetentionPolicy{}, SmallAnswers(256 << 10));
   constexpr int kGids = 8;
   std::vector<AppendRequest> registrations;
   for (int i = 0; i < kGids; ++i) {
     const std::string gid = "big" + std::to_string(i);
-    Registered r = MakeRegistered(gid, 100);
-    r.branches[0].payload = std::string(100 << 10, static_cast<char>('a' + i));
-    registrations.push_back(Req(gid, {r}));
+    registrations.push_back(
+        Req(gid, {Registration100KiB(gid, static_cast<char>('a' + i))}));
   }
   for (const absl::Status& s : AppendAll(h.log(), std::move(registrations))) {
     REQUIRE(s.ok());
@@ -1370,9 +1381,9 @@ TEST_CASE(
   // read was an unknown outcome ("etcd did not answer the read; retry")
   // for ever, and it marked etcd unreachable.
   {
-    Registered r = MakeRegistered("wide", 100);
-    r.branches[0].payload = std::string(100 << 10, 'w');
-    REQUIRE(AppendAndWait(h.log(), Req("wide", {r})).ok());
+    REQUIRE(
+        AppendAndWait(h.log(), Req("wide", {Registration100KiB("wide", 'w')}))
+            .ok());
     for (int i = 0; i < 2; ++i) {
       PhaseUpdate u = MakePhase("b0", PhaseState::kUnknown);
       u.last_error = std::string(100 << 10, static_cast<char>('0' + i));
@@ -1425,18 +1436,14 @@ TEST_CASE(
   // head says what its record keys hold, so finishing writes still share
   // groups within the answer's bound (a head that did not say so, as an
   // earlier version's, would put each alone).
-  EtcdHarness h(RetentionPolicy{},
-                EtcdHarnessOptions{.endpoints = {},
-                                   .shards = 1,
-                                   .max_txn_ops = 1024,
-                                   .max_request_bytes = 200 << 10,
-                                   .max_message_bytes = 512 << 10});
+  EtcdHarness h(RetentionPolicy{}, SmallAnswers(512 << 10));
   constexpr int kGids = 6;
   for (int i = 0; i < kGids; ++i) {
     const std::string gid = "re" + std::to_string(i);
-    Registered r = MakeRegistered(gid, 100);
-    r.branches[0].payload = std::string(100 << 10, static_cast<char>('a' + i));
-    REQUIRE(AppendAndWait(h.log(), Req(gid, {r})).ok());
+    REQUIRE(AppendAndWait(
+                h.log(),
+                Req(gid, {Registration100KiB(gid, static_cast<char>('a' + i))}))
+                .ok());
     REQUIRE(AppendAndWait(h.log(), Req(gid, {MakeDecided(Decision::kCancel)}))
                 .ok());
   }

@@ -189,9 +189,11 @@ bool GroupTxn::Fits(const GidWrite& w) const {
   auto st = stats_.find(w.shard);
   ShardStats next = st == stats_.end() ? ShardStats{} : st->second;
   size_t bytes = bytes_;
-  auto old = write_bytes_.find(w.gid);
-  if (old != write_bytes_.end()) {
-    bytes -= old->second;
+  size_t answer = answer_bytes_;
+  auto old = costs_.find(w.gid);
+  if (old != costs_.end()) {
+    bytes -= old->second.bytes;
+    answer -= old->second.answer;
   } else {
     ++next.gids;
   }
@@ -199,9 +201,6 @@ bool GroupTxn::Fits(const GidWrite& w) const {
   bytes += GidBytes(w);
   const size_t shards = stats_.size() + (st == stats_.end() ? 1 : 0);
   // The answer: the first write that answers records always fits.
-  size_t answer = answer_bytes_;
-  auto old_answer = write_answer_.find(w.gid);
-  if (old_answer != write_answer_.end()) answer -= old_answer->second;
   const size_t mine = AnswerBytes(w);
   const bool answer_fits = limits_.max_answer_bytes == 0 || mine == 0 ||
                            answer == 0 ||
@@ -226,9 +225,10 @@ bool GroupTxn::FitsApproval(const Approval& a) const {
 
 void GroupTxn::Put(GidWrite w) {
   ShardStats& st = stats_[w.shard];
-  auto old = write_bytes_.find(w.gid);
-  if (old != write_bytes_.end()) {
-    bytes_ -= old->second;
+  auto old = costs_.find(w.gid);
+  if (old != costs_.end()) {
+    bytes_ -= old->second.bytes;
+    answer_bytes_ -= old->second.answer;
   } else {
     ++st.gids;
     auto it = std::find_if(order_.begin(), order_.end(),
@@ -240,14 +240,10 @@ void GroupTxn::Put(GidWrite w) {
     }
   }
   st.gid_max = std::max(st.gid_max, GidCost(w));
-  const size_t b = GidBytes(w);
-  bytes_ += b;
-  write_bytes_[w.gid] = b;
-  auto old_answer = write_answer_.find(w.gid);
-  if (old_answer != write_answer_.end()) answer_bytes_ -= old_answer->second;
-  const size_t answer = AnswerBytes(w);
-  answer_bytes_ += answer;
-  write_answer_[w.gid] = answer;
+  const WriteCost cost{GidBytes(w), AnswerBytes(w)};
+  bytes_ += cost.bytes;
+  answer_bytes_ += cost.answer;
+  costs_[w.gid] = cost;
   std::string gid = w.gid;
   writes_[gid] = std::move(w);
 }
@@ -255,10 +251,10 @@ void GroupTxn::Put(GidWrite w) {
 void GroupTxn::Remove(std::string gid) {
   auto w = writes_.find(gid);
   if (w == writes_.end()) return;
-  bytes_ -= write_bytes_[gid];
-  write_bytes_.erase(gid);
-  answer_bytes_ -= write_answer_[gid];
-  write_answer_.erase(gid);
+  auto cost = costs_.find(gid);
+  bytes_ -= cost->second.bytes;
+  answer_bytes_ -= cost->second.answer;
+  costs_.erase(cost);
   const uint32_t shard = w->second.shard;
   writes_.erase(w);
   for (auto it = order_.begin(); it != order_.end(); ++it) {

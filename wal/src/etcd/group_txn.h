@@ -200,9 +200,13 @@ class GroupTxn {
   const GroupLimits limits_;
   std::vector<std::pair<uint32_t, std::vector<std::string>>> order_;
   std::map<std::string, GidWrite> writes_;
-  std::map<std::string, size_t> write_bytes_;   // GidBytes of each write
-  std::map<std::string, size_t> write_answer_;  // AnswerBytes of each write
-  size_t answer_bytes_ = 0;                     // their sum
+  // What each write costs: its GidBytes and its AnswerBytes.
+  struct WriteCost {
+    size_t bytes = 0;
+    size_t answer = 0;
+  };
+  std::map<std::string, WriteCost> costs_;
+  size_t answer_bytes_ = 0;  // of writes_
   std::map<uint32_t, ShardStats> stats_;
   std::vector<NewApproval> approvals_;
   size_t bytes_ = 0;  // of writes_ and approvals_
