@@ -1579,11 +1579,21 @@ TEST_CASE(
   REQUIRE(awaiting);
 
   // Node 2 killed: node 1 takes its shards once its lease has expired,
-  // resumes the gid (still awaiting its approval) and approves it there.
+  // resumes the gid and approves it there. Resumed after a crash, the gid
+  // asks its participants about its Trys first (TRYING, DESIGN.md section
+  // 8), then awaits its approval again: approved once it does.
   rig.Expect(1, false);
   rig.nodes().KillNode(1);
   REQUIRE(rig.WaitOwnedBy({one}, SteadyClock::now(), 30000) >= 0);
   auto admin_one = AdminAt(rig.nodes().address(0));
+  bool awaiting_again = false;
+  for (int i = 0; i < 300 && !awaiting_again; ++i) {
+    absl::StatusOr<v1::ShowResponse> shown = admin_one.Show(gated.gid());
+    awaiting_again = shown.ok() && shown->transaction().state() ==
+                                       v1::TXN_STATE_AWAITING_APPROVAL;
+    if (!awaiting_again) SleepMs(100);
+  }
+  REQUIRE(awaiting_again);
   absl::Status approved;
   for (int i = 0; i < 100; ++i) {
     approved = Approve(admin_one, gated.gid());
