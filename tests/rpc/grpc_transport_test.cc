@@ -128,7 +128,8 @@ struct Harness {
                                .revision = 1,
                                .attempt = 1,
                                .owner_epoch = 1,
-                               .try_deadline_ms = kDeadlineMs};
+                               .try_deadline_ms = kDeadlineMs,
+                               .read_back = nullptr};
   }
   runtime::QueryCall Query(const std::string& gid) {
     return runtime::QueryCall{.gid = gid,
@@ -417,7 +418,7 @@ TEST_CASE("transport: every error of one Batch carries that Batch's id",
         CHECK(tries[i].status().code() == absl::StatusCode::kUnavailable);
         CHECK(runtime::RpcOf(tries[i].status()) == id);
         // Stripped, the error reads as it did before it was tagged.
-        CHECK(runtime::UntagRpc(tries[i].status()).ToString() ==
+        CHECK(runtime::ReceivedStatus(tries[i].status()).ToString() ==
               (per_call ? "UNAVAILABLE: call refused"
                         : "UNAVAILABLE: batch down"));
       }

@@ -218,7 +218,7 @@ TEST_CASE("rpc tags: set on errors only, read back, stripped", "[policies]") {
   TagRpc(err, 42);
   CHECK(RpcOf(err) == 42);
   CHECK(err.code() == absl::StatusCode::kDeadlineExceeded);
-  const absl::Status clean = UntagRpc(err);
+  const absl::Status clean = ReceivedStatus(err);
   CHECK(RpcOf(clean) == 0);
   CHECK(clean == absl::DeadlineExceededError("Deadline Exceeded"));
   CHECK(clean.ToString() == "DEADLINE_EXCEEDED: Deadline Exceeded");
@@ -226,6 +226,24 @@ TEST_CASE("rpc tags: set on errors only, read back, stripped", "[policies]") {
   TagRpc(ok, 42);
   CHECK(ok.ok());
   CHECK(RpcOf(ok) == 0);
+}
+
+TEST_CASE("a participant's text is kept to 1 KiB, cut between characters",
+          "[policies]") {
+  CHECK(ClipParticipantText("short") == "short");
+  const std::string exact(kMaxParticipantText, 'x');
+  CHECK(ClipParticipantText(exact) == exact);
+  // 1,023 ASCII bytes, then two-byte characters: the first "é" is bytes
+  // 1,024-1,025, which a cut at 1,024 would split, so 1,023 are kept.
+  std::string text(kMaxParticipantText - 1, 'a');
+  for (int i = 0; i < 50; ++i) text += "\xC3\xA9";
+  const std::string clipped = ClipParticipantText(text);
+  CHECK(clipped ==
+        std::string(kMaxParticipantText - 1, 'a') + "... (100 more bytes cut)");
+  const absl::Status big = absl::UnavailableError(std::string(1 << 20, 'm'));
+  const absl::Status kept = ReceivedStatus(big);
+  CHECK(kept.code() == absl::StatusCode::kUnavailable);
+  CHECK(kept.message().size() < kMaxParticipantText + 64);
 }
 
 }  // namespace

@@ -1346,6 +1346,130 @@ TEST_CASE("the memory budget refuses new transactions, nothing written") {
   REQUIRE(h.Run([&] { return h.driver->memory_bytes() == 0; }, 1000));
 }
 
+TEST_CASE("a call whose payload waits in the WAL stays within the budget") {
+  DriverOptions o;
+  o.max_in_flight_bytes = 2 << 20;  // 2 MiB
+  Harness h(2, o);
+  auto res = [] {
+    return std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+  };
+  // c0: 16 branches of 32 KiB, 8 at each participant; p1 is down, so c0
+  // decides Cancel and retries its Cancels at p1.
+  h.parts["p1"]->set_down(true);
+  core::SubmitSpec c0 = h.Spec("c0", 0, core::WaitFor::kAccepted);
+  for (int b = 0; b < 16; ++b) {
+    wal::BranchSpec br;
+    br.branch_id = "b" + std::to_string(b);
+    br.participant = b < 8 ? "p0" : "p1";
+    br.action = "transfer";
+    br.payload = std::string(32 * 1024, 'p');
+    c0.branches.push_back(std::move(br));
+  }
+  Result r0 = h.Submit(std::move(c0));
+  REQUIRE(h.Wait(r0));
+  REQUIRE(r0->value().ok());
+  // Open transactions (their payloads stay in memory) fill the budget until
+  // a Try does not fit: the budget is pressed, c0 keeps its payloads in the
+  // WAL only, and what is left is less than c0's 512 KiB of payloads.
+  int tries = 0;
+  for (int i = 0; i < 40; ++i) {
+    core::BeginSpec bs;
+    bs.gid = "open" + std::to_string(i);
+    bs.created_at_ms = h.clock.WallMs();
+    bs.revision = 1;
+    bs.timeout_ms = 600000;
+    Result begin = res();
+    h.driver->Begin(bs, Into(begin));
+    REQUIRE(h.Wait(begin));
+    REQUIRE(begin->value().ok());
+    wal::BranchSpec b;
+    b.branch_id = "b0";
+    b.participant = "p0";
+    b.action = "hold";
+    b.payload = std::string(60 * 1024, 'o');
+    Result t = res();
+    h.driver->Try(bs.gid, b, Into(t));
+    REQUIRE(h.Wait(t));
+    if (!t->value().ok()) {
+      CHECK(t->value().status().code() == absl::StatusCode::kResourceExhausted);
+      break;
+    }
+    ++tries;
+  }
+  INFO("open Trys " << tries << ", in use " << h.driver->memory_bytes());
+  REQUIRE(tries > 10);
+  REQUIRE(h.driver->memory_bytes() > (2 << 20) - (512 << 10));
+  // c0's Cancels at p1 are retried meanwhile (each sends its 32 KiB).
+  int64_t cancels = 0;
+  h.transport.SetScript("p1",
+                        [&](const BranchCall& call)
+                            -> std::optional<absl::StatusOr<BranchAnswer>> {
+                          CHECK(call.spec->payload.size() == 32 * 1024);
+                          if (call.phase == wal::Phase::kCancel) ++cancels;
+                          return std::nullopt;
+                        });
+  h.Run([&] { return cancels >= 20; }, 600000);
+  CHECK(cancels >= 20);
+  // At no moment more than the budget: a retried call once read all of
+  // c0's payloads back into its owner (512 KiB), charged whether they fitted
+  // or not (a 16 MiB tccd was seen at 16.05 MiB).
+  INFO("high-water " << h.driver->memory_high_water_bytes());
+  CHECK(h.driver->memory_high_water_bytes() <= int64_t{2 << 20});
+  // p1 returns: c0 finishes, every Cancel carrying its payload; the open
+  // ones are rolled back.
+  h.parts["p1"]->set_down(false);
+  REQUIRE(h.Run([&] { return h.AllFinal("c", 1); }));
+  CHECK(h.StoredState("c0") == TxnState::kCancelled);
+  for (int i = 0; i <= tries; ++i) {
+    Result rb = res();
+    h.driver->Rollback("open" + std::to_string(i), core::WaitFor::kFinished,
+                       Into(rb));
+    REQUIRE(h.Wait(rb));
+    CHECK(rb->value().ok());
+  }
+  h.CheckInvariants();
+  CHECK(h.driver->memory_high_water_bytes() <= int64_t{2 << 20});
+}
+
+TEST_CASE("a participant's long texts are kept to 1 KiB in the WAL") {
+  Harness h(2);
+  // p1's first Try fails with a 1 MiB message; the next is rejected with
+  // one.
+  int tries = 0;
+  h.transport.SetScript(
+      "p1",
+      [&](const BranchCall& call)
+          -> std::optional<absl::StatusOr<BranchAnswer>> {
+        if (call.phase != wal::Phase::kTry) return std::nullopt;
+        if (++tries == 1) {
+          return absl::StatusOr<BranchAnswer>(
+              absl::UnavailableError(std::string(1 << 20, 'e')));
+        }
+        return absl::StatusOr<BranchAnswer>(BranchAnswer{
+            wal::Outcome::kRejected, false, std::string(1 << 20, 'm')});
+      });
+  Result r = h.Submit(h.Spec("long-texts", 2));
+  REQUIRE(h.Wait(r));
+  REQUIRE(r->value().ok());
+  CHECK(r->value()->transaction.state == TxnState::kCancelled);
+  CHECK(tries == 2);
+  auto t = h.log.Read("long-texts");
+  REQUIRE(t.ok());
+  size_t texts = 0;
+  for (const auto& rec : t->records) {
+    if (const auto* u = std::get_if<wal::PhaseUpdate>(&rec)) {
+      // Before, each update of p1's Try carried the whole 1 MiB.
+      CHECK(u->last_error.size() <= kMaxParticipantText + 64);
+      if (u->last_error.size() > 1000) ++texts;
+    }
+  }
+  CHECK(texts >= 2);  // the error's and the answer's, each cut
+  for (const auto& br : r->value()->transaction.branches) {
+    CHECK(br.try_phase.last_error.size() <= kMaxParticipantText + 64);
+  }
+  h.CheckInvariants();
+}
+
 TEST_CASE("a request that cannot be answered in time is shed unwritten") {
   Harness h(2);
   // Each durable append waits 50 ms for its sync.

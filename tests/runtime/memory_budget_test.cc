@@ -56,14 +56,17 @@ TEST_CASE("concurrent admissions never charge past the limit") {
   }
   go = true;
   for (std::thread& t : threads) t.join();
-  CHECK(high.load() <= kLimit);
+  // Within what admissions and calls may fill, short of the limit by the
+  // sixteenth kept for what cannot be refused.
+  CHECK(high.load() <= static_cast<int64_t>(budget.admit_limit()));
   CHECK(admitted.load() > 0);
   CHECK(refused.load() > 0);
   CHECK(budget.used() == 0);
   // Room reserved is room taken: a reservation blocks a charge and the
   // other way round, and both come back.
+  const int64_t room = static_cast<int64_t>(budget.admit_limit());
   {
-    MemoryBudget::Reservation r(budget, kLimit - 10);
+    MemoryBudget::Reservation r(budget, room - 10);
     REQUIRE(r.ok());
     std::thread([&] {
       CHECK_FALSE(budget.TryCharge(11));
@@ -72,7 +75,14 @@ TEST_CASE("concurrent admissions never charge past the limit") {
     }).join();
   }
   budget.Charge(-10);
-  CHECK(MemoryBudget::Reservation(budget, kLimit).ok());
+  CHECK(MemoryBudget::Reservation(budget, room).ok());
+  CHECK_FALSE(MemoryBudget::Reservation(budget, room + 1).ok());
+  // What cannot be refused is charged past it, and counted.
+  budget.Charge(kLimit);
+  CHECK(budget.used() == kLimit);
+  CHECK(budget.high_water() >= kLimit);
+  CHECK_FALSE(budget.TryCharge(1));
+  budget.Charge(-kLimit);
   // No limit: everything passes.
   MemoryBudget none(0);
   CHECK(MemoryBudget::Reservation(none, uint64_t{1} << 40).ok());
@@ -86,45 +96,49 @@ TEST_CASE("a request's charges under its reservation take from it") {
   // reservations of 16 callers doubled by their own charges).
   constexpr int64_t kLimit = 1 << 20;
   MemoryBudget budget(kLimit);
+  // What admissions fill (the last sixteenth is kept for what cannot be
+  // refused).
+  const int64_t kRoom = static_cast<int64_t>(budget.admit_limit());
+  REQUIRE(kRoom == kLimit - kLimit / 16);
   {
-    MemoryBudget::Reservation r(budget, kLimit / 2);
+    MemoryBudget::Reservation r(budget, kRoom / 2);
     REQUIRE(r.ok());
-    budget.Charge(kLimit / 2);  // the request's owner and registration
+    budget.Charge(kRoom / 2);  // the request's owner and registration
     // The other half is free while the first request is still reserved.
     std::thread([&] {
-      MemoryBudget::Reservation other(budget, kLimit / 2);
+      MemoryBudget::Reservation other(budget, kRoom / 2);
       CHECK(other.ok());
     }).join();
   }
-  CHECK(budget.used() == kLimit / 2);
+  CHECK(budget.used() == kRoom / 2);
   {
     // A charge past the reservation takes the reservation and claims the
     // rest; what is charged on another thread takes nothing from it.
-    MemoryBudget::Reservation r(budget, kLimit / 4);
+    MemoryBudget::Reservation r(budget, kRoom / 4);
     REQUIRE(r.ok());
-    std::thread([&] { CHECK(budget.TryCharge(kLimit / 8)); }).join();
-    budget.Charge(kLimit / 4 + 10);
-    CHECK(budget.used() == kLimit / 2 + kLimit / 8 + kLimit / 4 + 10);
-    CHECK_FALSE(MemoryBudget::Reservation(budget, kLimit / 8).ok());
-    CHECK(MemoryBudget::Reservation(budget, kLimit / 8 - 10).ok());
+    std::thread([&] { CHECK(budget.TryCharge(kRoom / 8)); }).join();
+    budget.Charge(kRoom / 4 + 10);
+    CHECK(budget.used() == kRoom / 2 + kRoom / 8 + kRoom / 4 + 10);
+    CHECK_FALSE(MemoryBudget::Reservation(budget, kRoom / 8).ok());
+    CHECK(MemoryBudget::Reservation(budget, kRoom / 8 - 10).ok());
   }
   // Released, everything is room again; a nested reservation of this
   // thread is the one its charges take from.
-  budget.Charge(-(kLimit / 2 + kLimit / 8 + kLimit / 4 + 10));
+  budget.Charge(-(kRoom / 2 + kRoom / 8 + kRoom / 4 + 10));
   CHECK(budget.used() == 0);
   {
-    MemoryBudget::Reservation outer(budget, kLimit / 2);
+    MemoryBudget::Reservation outer(budget, kRoom / 2);
     {
-      MemoryBudget::Reservation inner(budget, kLimit / 4);
-      budget.Charge(kLimit / 4);
+      MemoryBudget::Reservation inner(budget, kRoom / 4);
+      budget.Charge(kRoom / 4);
     }
-    CHECK(MemoryBudget::Reservation(budget, kLimit / 4).ok());
-    CHECK_FALSE(MemoryBudget::Reservation(budget, kLimit / 4 + 1).ok());
-    budget.Charge(kLimit / 2);
-    CHECK(MemoryBudget::Reservation(budget, kLimit / 4).ok());
+    CHECK(MemoryBudget::Reservation(budget, kRoom / 4).ok());
+    CHECK_FALSE(MemoryBudget::Reservation(budget, kRoom / 4 + 1).ok());
+    budget.Charge(kRoom / 2);
+    CHECK(MemoryBudget::Reservation(budget, kRoom / 4).ok());
   }
-  CHECK(MemoryBudget::Reservation(budget, kLimit / 4).ok());
-  CHECK_FALSE(MemoryBudget::Reservation(budget, kLimit / 4 + 1).ok());
+  CHECK(MemoryBudget::Reservation(budget, kRoom / 4).ok());
+  CHECK_FALSE(MemoryBudget::Reservation(budget, kRoom / 4 + 1).ok());
 }
 
 }  // namespace

@@ -222,9 +222,15 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     int64_t in_doubt_since = 0;
     // What it holds as last charged to the memory budget (TxnBytes).
     int64_t charged = 0;
-    // Its payloads are in the WAL only (memory pressure); read back before
-    // a call needs them (RestorePayloads).
+    // Its payloads are in the WAL only (memory pressure): a call reads its
+    // own back (PayloadFromWal) and holds it, charged as the call's, while
+    // the owner stays without them.
     bool payloads_in_wal = false;
+    // The branches as last read back from the WAL for calls, kept for the
+    // other calls of the same step (a decision sends all its Cancels at
+    // once) and let go at its end (Recharge). Not charged: like the read
+    // itself, it lives while a step runs; the calls' copies are charged.
+    std::shared_ptr<const std::vector<wal::BranchSpec>> read_back;
     // Found by a recovery scan and not final yet: counted in
     // scanned_unfinished_ until it finishes or goes.
     bool scanned = false;
@@ -484,6 +490,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
                    in_doubt_.empty() ? 0 : *in_doubt_.begin()};
   }
   int64_t memory_bytes() const { return budget_->used(); }
+  int64_t memory_high_water_bytes() const { return budget_->high_water(); }
   BreakerState breaker(const std::string& p) const {
     return calls_->breaker_state(p);
   }
@@ -929,31 +936,38 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         o.payloads_in_wal = true;
       }
     }
+    o.read_back.reset();
     const int64_t n = TxnBytes(o.txn);
     budget_->Charge(n - o.charged);
     o.charged = n;
   }
 
-  // Reads the payloads back from the WAL (Recharge kept them there).
-  absl::Status RestorePayloads(const std::string& gid, Owner& o) {
-    absl::StatusOr<wal::TxnLog> read = log_.Read(gid);
-    if (!read.ok()) return read.status();
-    auto restore = [&](const wal::BranchSpec& b) {
-      const int i = core::FindBranch(o.txn, b.branch_id);
-      if (i >= 0) o.txn.branches[i].spec.payload = b.payload;
-    };
-    for (const auto& rec : read->records) {
-      if (const auto* reg = std::get_if<wal::Registered>(&rec)) {
-        for (const auto& b : reg->branches) restore(b);
-      } else if (const auto* add = std::get_if<wal::BranchAdded>(&rec)) {
-        restore(add->branch);
+  // Branch `i`'s spec with its payload, read back from the WAL (Recharge
+  // kept it there), for one call: the owner stays without it.
+  absl::StatusOr<std::shared_ptr<const wal::BranchSpec>> PayloadFromWal(
+      const std::string& gid, Owner& o, size_t i) {
+    if (o.read_back == nullptr) {
+      absl::StatusOr<wal::TxnLog> read = log_.Read(gid);
+      if (!read.ok()) return read.status();
+      auto specs = std::make_shared<std::vector<wal::BranchSpec>>();
+      for (auto& rec : read->records) {
+        if (auto* reg = std::get_if<wal::Registered>(&rec)) {
+          for (auto& b : reg->branches) specs->push_back(std::move(b));
+        } else if (auto* add = std::get_if<wal::BranchAdded>(&rec)) {
+          specs->push_back(std::move(add->branch));
+        }
       }
+      o.read_back = std::move(specs);
     }
-    o.payloads_in_wal = false;
-    const int64_t n = TxnBytes(o.txn);
-    budget_->Charge(n - o.charged);
-    o.charged = n;
-    return absl::OkStatus();
+    const wal::BranchSpec& mine = o.txn.branches[i].spec;
+    for (const auto& b : *o.read_back) {
+      if (b.branch_id != mine.branch_id) continue;
+      auto spec = std::make_shared<wal::BranchSpec>(mine);
+      spec->payload = b.payload;
+      return std::shared_ptr<const wal::BranchSpec>(std::move(spec));
+    }
+    return absl::DataLossError(absl::StrCat("branch ", mine.branch_id,
+                                            " is not among its WAL records"));
   }
 
   // Steps one event for `gid` and runs its effects.
@@ -1322,17 +1336,20 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       if (options_.may_call && !options_.may_call(gid)) {
         return absl::UnavailableError(kNotSentMessage);
       }
-      if (o.payloads_in_wal) {
-        if (absl::Status st = RestorePayloads(gid, o); !st.ok()) {
-          return absl::UnavailableError(
-              absl::StrCat("the payload could not be read back from the WAL: ",
-                           st.ToString()));
-        }
-      }
       BranchCall call;
       call.gid = gid;
       call.created_at_ms = o.txn.created_at_ms;
       call.spec = &o.txn.branches[c.branch].spec;
+      if (o.payloads_in_wal) {
+        auto spec = PayloadFromWal(gid, o, c.branch);
+        if (!spec.ok()) {
+          return absl::UnavailableError(
+              absl::StrCat("the payload could not be read back from the WAL: ",
+                           spec.status().ToString()));
+        }
+        call.read_back = *std::move(spec);
+        call.spec = call.read_back.get();
+      }
       call.phase = c.phase;
       call.revision = o.txn.revision;
       call.attempt = c.attempt;
@@ -1360,7 +1377,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         return;
       }
       me.SendCall(gid, *ow, c, /*resumed=*/true, as_probe);
-      me.Recharge(*ow);  // it may have read its payloads back
+      me.Recharge(*ow);  // lets go of what the call read back
     });
   }
 
@@ -1545,6 +1562,9 @@ Driver::RecoveryProgress Driver::recovery_progress() const {
 }
 
 int64_t Driver::memory_bytes() const { return impl_->memory_bytes(); }
+int64_t Driver::memory_high_water_bytes() const {
+  return impl_->memory_high_water_bytes();
+}
 
 Driver::InDoubt Driver::in_doubt() const { return impl_->in_doubt(); }
 

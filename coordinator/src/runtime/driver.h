@@ -248,6 +248,8 @@ class Driver {
   int64_t stuck_branches() const;
   // Bytes of transaction state held, as the memory budget counts them.
   int64_t memory_bytes() const;
+  // The most memory_bytes() has been since the driver started.
+  int64_t memory_high_water_bytes() const;
   // Transactions in doubt: no decision yet and a Try's outcome unknown after
   // a failed attempt (tccd asks, DESIGN.md section 1); since when the oldest
   // has been (wall ms; 0: none).

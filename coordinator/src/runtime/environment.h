@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -53,7 +54,8 @@ class Clock {
 };
 
 // One Try, Confirm or Cancel (tcc.v1.BranchRequest). `spec` points into the
-// driver's state and is valid only during the Call: copy what you keep.
+// driver's state, or at `read_back`, and is valid only during the Call: copy
+// what you keep.
 struct BranchCall {
   std::string gid;
   int64_t created_at_ms = 0;
@@ -63,6 +65,9 @@ struct BranchCall {
   uint32_t attempt = 0;
   uint64_t owner_epoch = 0;
   int64_t try_deadline_ms = 0;
+  // The branch with its payload read back from the WAL for this call, when
+  // the driver keeps the payload there only (memory pressure); else null.
+  std::shared_ptr<const wal::BranchSpec> read_back;
 };
 
 // A participant's answer (tcc.v1.BranchResponse).
@@ -90,8 +95,8 @@ struct QueryAnswer {
 // of their errors with that request's id (TagRpc): a batch that times out
 // is one failure of the participant, not one per call it carried, and the
 // circuit breaker counts it once (CircuitBreakers::OnResult). Untagged
-// errors (id 0) each count. The driver strips the tag (UntagRpc) before an
-// error goes anywhere else (the core, logs, the WAL).
+// errors (id 0) each count. The driver strips the tag (ReceivedStatus)
+// before an error goes anywhere else (the core, logs, the WAL).
 inline constexpr char kRpcIdPayload[] = "tcc.rpc_id";
 inline constexpr char kNotSentPayload[] = "tcc.not_sent";  // NotSentError
 inline void TagRpc(absl::Status& status, uint64_t rpc_id) {
@@ -106,11 +111,17 @@ inline uint64_t RpcOf(const absl::Status& status) {
   if (!p.has_value() || !absl::SimpleAtoi(std::string(*p), &id)) return 0;
   return id;
 }
-inline absl::Status UntagRpc(absl::Status status) {
-  status.ErasePayload(kRpcIdPayload);
-  status.ErasePayload(kNotSentPayload);
-  return status;
-}
+
+// What tccd keeps of a text a participant sent (an answer's message, an
+// error's message): at most kMaxParticipantText bytes, the rest cut and
+// marked so. It goes into the WAL with every attempt, into logs, views and
+// the memory of the transaction, so its size is bounded whatever the
+// participant (or its gRPC or HTTP stack) sends.
+inline constexpr size_t kMaxParticipantText = 1024;
+std::string ClipParticipantText(std::string text);
+// An error as a transport returned it, as the rest of tccd keeps it: the
+// transport's marks (TagRpc, NotSentError) stripped, its message clipped.
+absl::Status ReceivedStatus(const absl::Status& status);
 
 // Cluster mode: whether calls may leave this process now (the node trusts
 // its lease, DESIGN.md section 14). A transport asks it when a call
@@ -122,7 +133,7 @@ using SendGate = std::function<bool()>;
 // was to leave) fails with this error: it never left, so nothing happened
 // at the participant, unlike after any other transport error (whose outcome
 // is unknown). The mark is a payload (kNotSentPayload), stripped with
-// UntagRpc.
+// ReceivedStatus.
 // Also the text of a call the driver does not build for that reason.
 inline constexpr char kNotSentMessage[] =
     "this node cannot trust its cluster lease now: the call was not sent";

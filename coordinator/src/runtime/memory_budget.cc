@@ -62,7 +62,7 @@ MemoryBudget::Reservation::~Reservation() {
 }
 
 void MemoryBudget::Charge(int64_t delta) {
-  used_.fetch_add(delta, std::memory_order_relaxed);
+  Use(delta);
   int64_t claim = delta;
   if (delta > 0) {
     for (Reservation* r = current_reservation; r != nullptr; r = r->outer_) {

@@ -105,7 +105,7 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
                         // waited): it never left. Not the participant's
                         // failure; a probe passes to the next call.
                         if (first) self->Abandon(participant, as_probe);
-                        self->Deliver(gid, c, UntagRpc(a.status()),
+                        self->Deliver(gid, c, ReceivedStatus(a.status()),
                                       /*not_sent=*/true);
                         return;
                       }
@@ -126,9 +126,9 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
                         e.status = absl::OkStatus();
                         e.outcome = a->outcome;
                         e.replayed = a->replayed;
-                        e.message = a->message;
+                        e.message = ClipParticipantText(a->message);
                       } else {
-                        e.status = UntagRpc(a.status());
+                        e.status = ReceivedStatus(a.status());
                       }
                       self->hooks_.deliver(gid, std::move(e));
                     });
@@ -190,7 +190,7 @@ class ParticipantCalls::Impl : public std::enable_shared_from_this<Impl> {
             e.branch_hash = a->branch_hash;
             e.authoritative = a->authoritative;
           } else {
-            e.status = UntagRpc(a.status());
+            e.status = ReceivedStatus(a.status());
           }
           self->hooks_.deliver(gid, std::move(e));
         });

@@ -96,6 +96,12 @@ CoordinatorMetrics::CoordinatorMetrics(
                   .Help("Bytes of transaction state held in memory, as "
                         "limits.max_in_flight_bytes counts them")
                   .Register(*registry_)),
+      memory_high_water_(
+          BuildGauge()
+              .Name("tccd_transaction_memory_high_water_bytes")
+              .Help("The most tccd_transaction_memory_bytes has been since "
+                    "tccd started (kept at every change, not sampled)")
+              .Register(*registry_)),
       unfinished_(BuildGauge()
                       .Name("tccd_unfinished_transactions")
                       .Help("Transactions accepted and not yet final")
@@ -267,8 +273,9 @@ void CoordinatorMetrics::SetStuckBranches(int64_t n) {
   stuck_.Add({}).Set(static_cast<double>(n));
 }
 
-void CoordinatorMetrics::SetMemoryBytes(int64_t n) {
+void CoordinatorMetrics::SetMemoryBytes(int64_t n, int64_t high_water) {
   memory_.Add({}).Set(static_cast<double>(n));
+  memory_high_water_.Add({}).Set(static_cast<double>(high_water));
 }
 
 void CoordinatorMetrics::SetUnfinished(int64_t unfinished,

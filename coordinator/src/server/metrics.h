@@ -71,8 +71,9 @@ class CoordinatorMetrics {
   // A reverse lookup's answer (barrier state, or "error").
   void Lookup(const std::string& answer);
   void SetStuckBranches(int64_t n);
-  // Bytes of transaction state held in memory (the driver's budget).
-  void SetMemoryBytes(int64_t n);
+  // Bytes of transaction state held in memory (the driver's budget), and
+  // the most they have been since tccd started.
+  void SetMemoryBytes(int64_t n, int64_t high_water);
   // Unfinished transactions and the age of the oldest (since it was
   // registered); those in doubt (no decision, a Try's outcome unknown:
   // tccd is asking) and how long the oldest has been. Ages 0: none.
@@ -137,6 +138,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>& lookups_;
   prometheus::Family<prometheus::Gauge>& stuck_;
   prometheus::Family<prometheus::Gauge>& memory_;
+  prometheus::Family<prometheus::Gauge>& memory_high_water_;
   prometheus::Family<prometheus::Gauge>& unfinished_;
   prometheus::Family<prometheus::Gauge>& oldest_unfinished_;
   prometheus::Family<prometheus::Gauge>& in_doubt_;

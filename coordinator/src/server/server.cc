@@ -638,7 +638,7 @@ void Server::Impl::WalStats() {
   backend_->ExportRecovery();
   metrics_->SetStuckBranches(driver_->stuck_branches());
   const int64_t memory = driver_->memory_bytes();
-  metrics_->SetMemoryBytes(memory);
+  metrics_->SetMemoryBytes(memory, driver_->memory_high_water_bytes());
   ReturnFreedMemory(memory);
   if (shard_manager_ != nullptr) {
     int64_t owned = 0, unowned = 0;
