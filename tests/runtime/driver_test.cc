@@ -124,6 +124,17 @@ struct Harness {
     driver->Submit(std::move(spec), Into(r));
     return r;
   }
+  // Opens an interactive transaction `gid` (created now).
+  Result Begin(const std::string& gid, uint64_t revision, int64_t timeout_ms) {
+    core::BeginSpec bs;
+    bs.gid = gid;
+    bs.created_at_ms = clock.WallMs();
+    bs.revision = revision;
+    bs.timeout_ms = timeout_ms;
+    auto r = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
+    driver->Begin(std::move(bs), Into(r));
+    return r;
+  }
 
   bool Run(const std::function<bool()>& done, int64_t max_ms = 600'000) {
     return loop.RunUntil(done, max_ms);
@@ -470,13 +481,7 @@ TEST_CASE("interactive: Begin, Try, Try, Commit; Rollback", "[driver]") {
   auto res = [] {
     return std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
   };
-  core::BeginSpec bs;
-  bs.gid = "i1";
-  bs.created_at_ms = h.clock.WallMs();
-  bs.revision = 3;
-  bs.timeout_ms = 5000;
-  Result begin = res();
-  h.driver->Begin(bs, Into(begin));
+  Result begin = h.Begin("i1", /*revision=*/3, /*timeout_ms=*/5000);
   REQUIRE(h.Wait(begin));
   CHECK(begin->value()->transaction.state == TxnState::kOpen);
   for (int i = 0; i < 2; ++i) {
@@ -502,9 +507,7 @@ TEST_CASE("interactive: Begin, Try, Try, Commit; Rollback", "[driver]") {
   CHECK(commit->value()->transaction.state == TxnState::kConfirmed);
   CHECK(commit->value()->transaction.content_hash.has_value());
 
-  bs.gid = "i2";
-  Result b2 = res();
-  h.driver->Begin(bs, Into(b2));
+  Result b2 = h.Begin("i2", /*revision=*/3, /*timeout_ms=*/5000);
   REQUIRE(h.Wait(b2));
   Result rb = res();
   h.driver->Rollback("i2", core::WaitFor::kFinished, Into(rb));
@@ -1373,13 +1376,8 @@ TEST_CASE("a call whose payload waits in the WAL stays within the budget") {
   // WAL only, and what is left is less than c0's 512 KiB of payloads.
   int tries = 0;
   for (int i = 0; i < 40; ++i) {
-    core::BeginSpec bs;
-    bs.gid = "open" + std::to_string(i);
-    bs.created_at_ms = h.clock.WallMs();
-    bs.revision = 1;
-    bs.timeout_ms = 600000;
-    Result begin = res();
-    h.driver->Begin(bs, Into(begin));
+    const std::string gid = "open" + std::to_string(i);
+    Result begin = h.Begin(gid, /*revision=*/1, /*timeout_ms=*/600000);
     REQUIRE(h.Wait(begin));
     REQUIRE(begin->value().ok());
     wal::BranchSpec b;
@@ -1388,7 +1386,7 @@ TEST_CASE("a call whose payload waits in the WAL stays within the budget") {
     b.action = "hold";
     b.payload = std::string(60 * 1024, 'o');
     Result t = res();
-    h.driver->Try(bs.gid, b, Into(t));
+    h.driver->Try(gid, b, Into(t));
     REQUIRE(h.Wait(t));
     if (!t->value().ok()) {
       CHECK(t->value().status().code() == absl::StatusCode::kResourceExhausted);
