@@ -1349,6 +1349,36 @@ TEST_CASE("the memory budget refuses new transactions, nothing written") {
   REQUIRE(h.Run([&] { return h.driver->memory_bytes() == 0; }, 1000));
 }
 
+TEST_CASE("a transaction larger than the whole budget is told it never fits") {
+  DriverOptions o;
+  o.max_in_flight_bytes = 1 << 20;  // 1 MiB
+  Harness h(2, o);
+  // 8 branches of 60 KiB: about 1.4 MiB while it registers.
+  core::SubmitSpec big = h.Spec("too-big", 0, core::WaitFor::kAccepted);
+  for (int i = 0; i < 8; ++i) {
+    wal::BranchSpec b;
+    b.branch_id = "b" + std::to_string(i);
+    b.participant = "p" + std::to_string(i % 2);
+    b.action = "transfer";
+    b.payload = std::string(60 * 1024, 'p');
+    big.branches.push_back(std::move(b));
+  }
+  Result r = h.Submit(std::move(big));
+  REQUIRE(h.Wait(r));
+  REQUIRE(r->value().status().code() == absl::StatusCode::kResourceExhausted);
+  // Not "retry later": about 1.4 MiB of 960 KiB admitted at all.
+  const std::string message(r->value().status().message());
+  INFO(message);
+  CHECK(message.find("more than tccd admits at all (960 KiB") !=
+        std::string::npos);
+  CHECK(message.find("retry later") == std::string::npos);
+  CHECK(h.log.Read("too-big").status().code() == absl::StatusCode::kNotFound);
+  // One that fits the budget but not now is told to retry.
+  Result fits = h.Submit(h.Spec("fits", 2, core::WaitFor::kAccepted));
+  REQUIRE(h.Wait(fits));
+  CHECK(fits->value().ok());
+}
+
 TEST_CASE("a call whose payload waits in the WAL stays within the budget") {
   DriverOptions o;
   o.max_in_flight_bytes = 2 << 20;  // 2 MiB

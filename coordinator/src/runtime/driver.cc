@@ -904,6 +904,15 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
   }
 
   absl::Status NoRoom(int64_t need) const {
+    if (need > static_cast<int64_t>(budget_->admit_limit())) {
+      // Retrying cannot help: say so.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "this one needs about ", need >> 10,
+          " KiB of transaction state, more than tccd admits at all (",
+          budget_->admit_limit() >> 10,
+          " KiB: 15/16 of limits.max_in_flight_bytes, ", budget_->limit() >> 20,
+          " MiB): nothing was written; it fits only with a larger limit"));
+    }
     return absl::ResourceExhaustedError(
         absl::StrCat("tccd holds ", budget_->used() >> 20,
                      " MiB of transaction state "
