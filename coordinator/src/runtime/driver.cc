@@ -222,9 +222,9 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     int64_t in_doubt_since = 0;
     // What it holds as last charged to the memory budget (TxnBytes).
     int64_t charged = 0;
-    // Its payloads are in the WAL only (memory pressure): a call reads its
-    // own back (PayloadFromWal) and holds it, charged as the call's, while
-    // the owner stays without them.
+    // Its payloads are in the WAL only (memory pressure). A call reads them
+    // back (PayloadForCall): into the owner again if they fit well below
+    // the pressure mark, else its own only, held and charged as the call's.
     bool payloads_in_wal = false;
     // The branches as last read back from the WAL for calls, kept for the
     // other calls of the same step (a decision sends all its Cancels at
@@ -951,9 +951,13 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     o.charged = n;
   }
 
-  // Branch `i`'s spec with its payload, read back from the WAL (Recharge
-  // kept it there), for one call: the owner stays without it.
-  absl::StatusOr<std::shared_ptr<const wal::BranchSpec>> PayloadFromWal(
+  // Branch `i`'s spec with its payload for a call, when the owner keeps
+  // its payloads in the WAL only (Recharge): read back (once a step). They
+  // go back into the owner if they fit with the budget staying below the
+  // pressure mark (the backlog has drained: its later calls need no read);
+  // else the call gets a copy of its own (`read_back`) and the owner stays
+  // without them. Null: use the owner's spec.
+  absl::StatusOr<std::shared_ptr<const wal::BranchSpec>> PayloadForCall(
       const std::string& gid, Owner& o, size_t i) {
     if (o.read_back == nullptr) {
       absl::StatusOr<wal::TxnLog> read = log_.Read(gid);
@@ -967,6 +971,19 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
         }
       }
       o.read_back = std::move(specs);
+    }
+    int64_t bytes = 0;
+    for (const auto& b : *o.read_back) bytes += b.payload.size();
+    const int64_t half = static_cast<int64_t>(budget_->limit() / 2);
+    if (budget_->used() + bytes <= half &&
+        budget_->TryCharge(static_cast<uint64_t>(bytes))) {
+      for (const auto& b : *o.read_back) {
+        const int k = core::FindBranch(o.txn, b.branch_id);
+        if (k >= 0) o.txn.branches[k].spec.payload = b.payload;
+      }
+      o.charged += bytes;  // what TxnBytes now counts more
+      o.payloads_in_wal = false;
+      return nullptr;
     }
     const wal::BranchSpec& mine = o.txn.branches[i].spec;
     for (const auto& b : *o.read_back) {
@@ -1350,14 +1367,16 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
       call.created_at_ms = o.txn.created_at_ms;
       call.spec = &o.txn.branches[c.branch].spec;
       if (o.payloads_in_wal) {
-        auto spec = PayloadFromWal(gid, o, c.branch);
+        auto spec = PayloadForCall(gid, o, c.branch);
         if (!spec.ok()) {
           return absl::UnavailableError(
               absl::StrCat("the payload could not be read back from the WAL: ",
                            spec.status().ToString()));
         }
-        call.read_back = *std::move(spec);
-        call.spec = call.read_back.get();
+        if (*spec != nullptr) {
+          call.read_back = *std::move(spec);
+          call.spec = call.read_back.get();
+        }
       }
       call.phase = c.phase;
       call.revision = o.txn.revision;
