@@ -119,6 +119,22 @@ struct Harness {
     return s;
   }
 
+  // `gid` with `branches` branches of `payload_bytes` each, at p0 and p1 in
+  // turn.
+  core::SubmitSpec WideSpec(const std::string& gid, int branches,
+                            size_t payload_bytes, core::WaitFor wait) {
+    core::SubmitSpec s = Spec(gid, 0, wait);
+    for (int i = 0; i < branches; ++i) {
+      wal::BranchSpec b;
+      b.branch_id = "b" + std::to_string(i);
+      b.participant = "p" + std::to_string(i % 2);
+      b.action = "transfer";
+      b.payload = std::string(payload_bytes, 'p');
+      s.branches.push_back(std::move(b));
+    }
+    return s;
+  }
+
   Result Submit(core::SubmitSpec spec) {
     auto r = std::make_shared<std::optional<absl::StatusOr<DriverReply>>>();
     driver->Submit(std::move(spec), Into(r));
@@ -1354,16 +1370,8 @@ TEST_CASE("a transaction larger than the whole budget is told it never fits") {
   o.max_in_flight_bytes = 1 << 20;  // 1 MiB
   Harness h(2, o);
   // 8 branches of 60 KiB: about 1.4 MiB while it registers.
-  core::SubmitSpec big = h.Spec("too-big", 0, core::WaitFor::kAccepted);
-  for (int i = 0; i < 8; ++i) {
-    wal::BranchSpec b;
-    b.branch_id = "b" + std::to_string(i);
-    b.participant = "p" + std::to_string(i % 2);
-    b.action = "transfer";
-    b.payload = std::string(60 * 1024, 'p');
-    big.branches.push_back(std::move(b));
-  }
-  Result r = h.Submit(std::move(big));
+  Result r =
+      h.Submit(h.WideSpec("too-big", 8, 60 * 1024, core::WaitFor::kAccepted));
   REQUIRE(h.Wait(r));
   REQUIRE(r->value().status().code() == absl::StatusCode::kResourceExhausted);
   // Not "retry later": about 1.4 MiB of 960 KiB admitted at all.
@@ -1389,16 +1397,8 @@ TEST_CASE("a call whose payload waits in the WAL stays within the budget") {
   // c0: 16 branches of 32 KiB, 8 at each participant; p1 is down, so c0
   // decides Cancel and retries its Cancels at p1.
   h.parts["p1"]->set_down(true);
-  core::SubmitSpec c0 = h.Spec("c0", 0, core::WaitFor::kAccepted);
-  for (int b = 0; b < 16; ++b) {
-    wal::BranchSpec br;
-    br.branch_id = "b" + std::to_string(b);
-    br.participant = b < 8 ? "p0" : "p1";
-    br.action = "transfer";
-    br.payload = std::string(32 * 1024, 'p');
-    c0.branches.push_back(std::move(br));
-  }
-  Result r0 = h.Submit(std::move(c0));
+  Result r0 =
+      h.Submit(h.WideSpec("c0", 16, 32 * 1024, core::WaitFor::kAccepted));
   REQUIRE(h.Wait(r0));
   REQUIRE(r0->value().ok());
   // Open transactions (their payloads stay in memory) fill the budget until

@@ -230,7 +230,7 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     // other calls of the same step (a decision sends all its Cancels at
     // once) and let go at its end (Recharge). Not charged: like the read
     // itself, it lives while a step runs; the calls' copies are charged.
-    std::shared_ptr<const std::vector<wal::BranchSpec>> read_back;
+    std::shared_ptr<std::vector<wal::BranchSpec>> read_back;
     // Found by a recovery scan and not final yet: counted in
     // scanned_unfinished_ until it finishes or goes.
     bool scanned = false;
@@ -977,11 +977,12 @@ class Driver::Impl : public std::enable_shared_from_this<Impl> {
     const int64_t half = static_cast<int64_t>(budget_->limit() / 2);
     if (budget_->used() + bytes <= half &&
         budget_->TryCharge(static_cast<uint64_t>(bytes))) {
-      for (const auto& b : *o.read_back) {
+      for (auto& b : *o.read_back) {
         const int k = core::FindBranch(o.txn, b.branch_id);
-        if (k >= 0) o.txn.branches[k].spec.payload = b.payload;
+        if (k >= 0) o.txn.branches[k].spec.payload = std::move(b.payload);
       }
-      o.charged += bytes;  // what TxnBytes now counts more
+      o.read_back.reset();  // emptied: the owner has them
+      o.charged += bytes;   // what TxnBytes now counts more
       o.payloads_in_wal = false;
       return nullptr;
     }
