@@ -575,6 +575,72 @@ TEST_CASE("phase 2 never gives up; FAILED_PRECONDITION flags STUCK",
   CHECK(All<ScheduleRetryEffect>(fx).at(0).slowest);
 }
 
+TEST_CASE("a call leaves with no record; each attempt's outcome is one",
+          "[machine]") {
+  // The write-ahead rule is kept by the durable registration and decision
+  // (DESIGN.md section 7); a record of the call itself would be buffered,
+  // so recovery cannot count on it. Before this, every call wrote one
+  // (state "sent"), and a branch retried for a day wrote two per attempt.
+  auto phase_updates = [](const std::vector<Effect>& fx) {
+    std::vector<wal::PhaseUpdate> out;
+    for (const auto& p : All<PersistEffect>(fx)) {
+      for (const auto& rec : p.records) {
+        if (const auto* u = std::get_if<wal::PhaseUpdate>(&rec)) {
+          out.push_back(*u);
+        }
+      }
+    }
+    return out;
+  };
+  Options o;
+  o.stuck_after_failures = 3;
+  Txn t;
+  auto fx = Run(t, Submit({Branch("a"), Branch("b")}), kNow, o);
+  CHECK(All<CallEffect>(fx).size() == 2);
+  CHECK(phase_updates(fx).empty());
+  CHECK(t.branches[0].try_phase.state == PhaseState::kUnknown);
+  CHECK(t.branches[0].try_phase.attempts == 1);
+  std::vector<wal::Record> log;
+  for (const auto& p : All<PersistEffect>(fx)) {
+    for (const auto& rec : p.records) log.push_back(rec);
+  }
+  const CallEffect try_b = LastCall(fx, 1);
+  fx = Run(t, Reply(LastCall(fx, 0), Outcome::kExecuted), kNow, o);
+  REQUIRE(phase_updates(fx).size() == 1);
+  CHECK(phase_updates(fx)[0].state == PhaseState::kSucceeded);
+  fx = Run(t, Reply(try_b, Outcome::kExecuted), kNow, o);
+  // b's outcome, the decision, and no record of the two Confirms sent.
+  CHECK(phase_updates(fx).size() == 1);
+  CHECK(All<CallEffect>(fx).size() == 2);
+  CHECK(t.branches[1].second_phase.state == PhaseState::kUnknown);
+  CallEffect c = LastCall(fx, 1);
+  int records = 0;
+  for (int i = 0; i < 10; ++i) {
+    fx = Run(t, Fail(c, absl::UnavailableError("down")), kNow, o);
+    auto u = phase_updates(fx);
+    REQUIRE(u.size() == 1);
+    CHECK(u[0].attempts == static_cast<uint32_t>(i + 1));
+    CHECK(u[0].state == PhaseState::kUnknown);
+    records += static_cast<int>(u.size());
+    fx = Run(t, RetryDueEvent{1}, kNow, o);
+    CHECK(phase_updates(fx).empty());
+    c = LastCall(fx, 1);
+  }
+  CHECK(records == 10);
+  CHECK(t.branches[1].stuck);
+
+  // A crash before any answer: the log has the registration only, and
+  // recovery asks about both Trys rather than taking them as not sent.
+  Txn r;
+  for (const auto& rec : log) {
+    REQUIRE(Step(r, ReplayEvent{&rec}, kNow).status.ok());
+  }
+  CHECK(r.branches[0].try_phase.state == PhaseState::kNotSent);
+  auto resumed = Run(r, ResumeEvent{2}, kNow + 1);
+  CHECK(All<QueryEffect>(resumed).size() == 2);
+  CHECK(All<CallEffect>(resumed).empty());
+}
+
 TEST_CASE("participant errors are read as DESIGN 5 says", "[machine]") {
   // Definite refusals: nothing ran. On a Try the branch failed (Cancel), on
   // a Confirm or Cancel it is STUCK; an alert either way. Every other code

@@ -124,6 +124,7 @@ class Stepper {
 
   void UpdatePhase(uint32_t b, Phase phase, PhaseState state, Outcome outcome,
                    std::string error);
+  void MarkSent(uint32_t b, Phase phase);
   void SendTry(uint32_t b);
   void SendQuery(uint32_t b);
   void SendPhase2(uint32_t b);
@@ -172,18 +173,36 @@ void Stepper::UpdatePhase(uint32_t b, Phase phase, PhaseState state,
   Record1(std::move(u), Durability::kBuffered);
 }
 
+// A call is about to leave: the phase is "sent, outcome unknown" and counts
+// one more attempt, in memory only. No record is written for it: what the
+// write-ahead rule needs before the call is already durable (the
+// registration before a Try, the decision before a Confirm or Cancel;
+// DESIGN.md section 7), and a buffered record may be lost anyway, so
+// recovery never relies on one: a resumed transaction asks about every
+// unresolved Try (On(ResumeEvent) marks each maybe sent) and sends its
+// Confirm or Cancel again under the same key. The attempt's outcome record
+// (UpdatePhase) carries the count. One record per attempt instead of two:
+// a branch retried for days writes half as much, and a transaction's calls
+// cost no WAL write on their way out.
+void Stepper::MarkSent(uint32_t b, Phase phase) {
+  const auto& br = t_.branches[b];
+  const PhaseProgress& p =
+      phase == Phase::kTry ? br.try_phase : br.second_phase;
+  wal::PhaseUpdate u;
+  u.branch_id = br.spec.branch_id;
+  u.phase = phase;
+  u.state = PhaseState::kUnknown;
+  u.attempts = p.attempts + 1;
+  u.last_error = p.last_error;
+  u.at_ms = now_;
+  MustApply(u);
+}
+
 void Stepper::SendTry(uint32_t b) {
   auto& br = t_.branches[b];
   br.try_maybe_sent_before_attempt = br.try_maybe_sent;
   br.try_maybe_sent = true;
-  wal::PhaseUpdate u;
-  u.branch_id = br.spec.branch_id;
-  u.phase = Phase::kTry;
-  u.state = PhaseState::kUnknown;
-  u.attempts = br.try_phase.attempts + 1;
-  u.last_error = br.try_phase.last_error;
-  u.at_ms = now_;
-  Record1(std::move(u), Durability::kBuffered);
+  MarkSent(b, Phase::kTry);
   br.op = BranchOp::kCalling;
   br.op_phase = Phase::kTry;
   br.op_attempt = br.try_phase.attempts;
@@ -204,14 +223,7 @@ void Stepper::SendPhase2(uint32_t b) {
   auto& br = t_.branches[b];
   Phase phase =
       t_.decision == Decision::kConfirm ? Phase::kConfirm : Phase::kCancel;
-  wal::PhaseUpdate u;
-  u.branch_id = br.spec.branch_id;
-  u.phase = phase;
-  u.state = PhaseState::kUnknown;
-  u.attempts = br.second_phase.attempts + 1;
-  u.last_error = br.second_phase.last_error;
-  u.at_ms = now_;
-  Record1(std::move(u), Durability::kBuffered);
+  MarkSent(b, phase);
   br.op = BranchOp::kCalling;
   br.op_phase = phase;
   br.op_attempt = br.second_phase.attempts;
