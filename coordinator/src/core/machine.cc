@@ -18,6 +18,11 @@ namespace {
 using wal::Durability;
 using wal::Record;
 
+// Phase-2 failures in a row with the same error: how many are all written,
+// then one in how many (Stepper::OnPhase2Reply).
+constexpr uint32_t kWrittenRepeats = 16;
+constexpr uint32_t kWriteEvery = 64;
+
 bool IsResolved(PhaseState s) {
   return s == PhaseState::kSucceeded || s == PhaseState::kFailed;
 }
@@ -122,8 +127,10 @@ class Stepper {
     return now_ >= t_.approval_deadline_ms || t_.approval_deadline_elapsed;
   }
 
+  // Applies a phase's new state and writes it (buffered), unless `write`
+  // is false: then it is kept in memory only.
   void UpdatePhase(uint32_t b, Phase phase, PhaseState state, Outcome outcome,
-                   std::string error);
+                   std::string error, bool write = true);
   void MarkSent(uint32_t b, Phase phase);
   void SendTry(uint32_t b);
   void SendQuery(uint32_t b);
@@ -158,7 +165,7 @@ class Stepper {
 };
 
 void Stepper::UpdatePhase(uint32_t b, Phase phase, PhaseState state,
-                          Outcome outcome, std::string error) {
+                          Outcome outcome, std::string error, bool write) {
   const auto& br = t_.branches[b];
   const PhaseProgress& p =
       phase == Phase::kTry ? br.try_phase : br.second_phase;
@@ -170,7 +177,11 @@ void Stepper::UpdatePhase(uint32_t b, Phase phase, PhaseState state,
   u.attempts = p.attempts;
   u.last_error = std::move(error);
   u.at_ms = now_;
-  Record1(std::move(u), Durability::kBuffered);
+  if (write) {
+    Record1(std::move(u), Durability::kBuffered);
+  } else {
+    MustApply(u);
+  }
 }
 
 // A call is about to leave: the phase is "sent, outcome unknown" and counts
@@ -983,7 +994,17 @@ void Stepper::OnPhase2Reply(const CallReplyEvent& e) {
   }
   if (!current) return;
   ++br.failures;
-  UpdatePhase(e.branch, e.phase, PhaseState::kUnknown, Outcome::kNone, error);
+  // Phase 2 is retried for as long as it takes (days, at the slowest rate).
+  // A failure is written when the error differs from the last one, for the
+  // first kWrittenRepeats failures in a row, then every kWriteEvery-th: a
+  // branch failing the same way for a day writes a few dozen records, not
+  // one per attempt. The WAL's attempt count may then lag by less than
+  // kWriteEvery after a crash; STUCK has its own record (Flagged).
+  const bool repeat = error == br.second_phase.last_error;
+  const bool write = !repeat || br.failures <= kWrittenRepeats ||
+                     br.failures % kWriteEvery == 0;
+  UpdatePhase(e.branch, e.phase, PhaseState::kUnknown, Outcome::kNone, error,
+              write);
   if (br.failures >= o_.stuck_after_failures) {
     Flag(e.branch, absl::StrCat(br.failures, " failed ", PhaseName(e.phase),
                                 " attempts; last: ", error));
@@ -1385,7 +1406,9 @@ absl::Status Stepper::On(const ResumeEvent& e) {
           ArmDeadlineEffect{DeadlineKind::kTry, t_.try_deadline_ms});
       if (o_.breakers.resume_skips_unknown_try_lookup) {
         for (uint32_t b = 0; b < t_.branches.size(); ++b) {
-          if (t_.branches[b].try_phase.state == PhaseState::kUnknown) {
+          // Unknown after a resume: any Try not resolved (a call leaves no
+          // record, so one that was sent may replay as not sent).
+          if (!IsResolved(t_.branches[b].try_phase.state)) {
             UpdatePhase(b, Phase::kTry, PhaseState::kSucceeded,
                         Outcome::kExecuted, "breaker: no lookup on resume");
           }

@@ -186,7 +186,8 @@ struct RuleBreakers {
   bool replayed_rejected_is_success = false;
   // (d) Issue 23's takeover without the unknown-Try lookup: a resumed
   // transaction (after a restart or a takeover) takes every branch whose Try
-  // outcome is unknown as tried (succeeded) instead of asking (Query).
+  // outcome is unknown (not resolved in the WAL: a call leaves no record of
+  // its own) as tried (succeeded) instead of asking (Query).
   bool resume_skips_unknown_try_lookup = false;
 };
 
