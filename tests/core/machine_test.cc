@@ -33,6 +33,25 @@ std::vector<T> All(const std::vector<Effect>& effects) {
   return out;
 }
 
+// The records of every persist effect, in order.
+std::vector<wal::Record> Records(const std::vector<Effect>& effects) {
+  std::vector<wal::Record> out;
+  for (const auto& p : All<PersistEffect>(effects)) {
+    out.insert(out.end(), p.records.begin(), p.records.end());
+  }
+  return out;
+}
+
+// Those of type T.
+template <typename T>
+std::vector<T> RecordsOf(const std::vector<Effect>& effects) {
+  std::vector<T> out;
+  for (const auto& rec : Records(effects)) {
+    if (const auto* x = std::get_if<T>(&rec)) out.push_back(*x);
+  }
+  return out;
+}
+
 // Steps and requires the event to be accepted; then acknowledges every
 // durable persist (as a WAL would), collecting all effects.
 std::vector<Effect> Run(Txn& t, const Event& e, int64_t now = kNow,
@@ -581,49 +600,35 @@ TEST_CASE("a call leaves with no record; each attempt's outcome is one",
   // (DESIGN.md section 7); a record of the call itself would be buffered,
   // so recovery cannot count on it. Before this, every call wrote one
   // (state "sent"), and a branch retried for a day wrote two per attempt.
-  auto phase_updates = [](const std::vector<Effect>& fx) {
-    std::vector<wal::PhaseUpdate> out;
-    for (const auto& p : All<PersistEffect>(fx)) {
-      for (const auto& rec : p.records) {
-        if (const auto* u = std::get_if<wal::PhaseUpdate>(&rec)) {
-          out.push_back(*u);
-        }
-      }
-    }
-    return out;
-  };
   Options o;
   o.stuck_after_failures = 3;
   Txn t;
   auto fx = Run(t, Submit({Branch("a"), Branch("b")}), kNow, o);
   CHECK(All<CallEffect>(fx).size() == 2);
-  CHECK(phase_updates(fx).empty());
+  CHECK(RecordsOf<wal::PhaseUpdate>(fx).empty());
   CHECK(t.branches[0].try_phase.state == PhaseState::kUnknown);
   CHECK(t.branches[0].try_phase.attempts == 1);
-  std::vector<wal::Record> log;
-  for (const auto& p : All<PersistEffect>(fx)) {
-    for (const auto& rec : p.records) log.push_back(rec);
-  }
+  const std::vector<wal::Record> log = Records(fx);
   const CallEffect try_b = LastCall(fx, 1);
   fx = Run(t, Reply(LastCall(fx, 0), Outcome::kExecuted), kNow, o);
-  REQUIRE(phase_updates(fx).size() == 1);
-  CHECK(phase_updates(fx)[0].state == PhaseState::kSucceeded);
+  REQUIRE(RecordsOf<wal::PhaseUpdate>(fx).size() == 1);
+  CHECK(RecordsOf<wal::PhaseUpdate>(fx)[0].state == PhaseState::kSucceeded);
   fx = Run(t, Reply(try_b, Outcome::kExecuted), kNow, o);
   // b's outcome, the decision, and no record of the two Confirms sent.
-  CHECK(phase_updates(fx).size() == 1);
+  CHECK(RecordsOf<wal::PhaseUpdate>(fx).size() == 1);
   CHECK(All<CallEffect>(fx).size() == 2);
   CHECK(t.branches[1].second_phase.state == PhaseState::kUnknown);
   CallEffect c = LastCall(fx, 1);
   int records = 0;
   for (int i = 0; i < 10; ++i) {
     fx = Run(t, Fail(c, absl::UnavailableError("down")), kNow, o);
-    auto u = phase_updates(fx);
+    auto u = RecordsOf<wal::PhaseUpdate>(fx);
     REQUIRE(u.size() == 1);
     CHECK(u[0].attempts == static_cast<uint32_t>(i + 1));
     CHECK(u[0].state == PhaseState::kUnknown);
     records += static_cast<int>(u.size());
     fx = Run(t, RetryDueEvent{1}, kNow, o);
-    CHECK(phase_updates(fx).empty());
+    CHECK(RecordsOf<wal::PhaseUpdate>(fx).empty());
     c = LastCall(fx, 1);
   }
   CHECK(records == 10);
@@ -650,14 +655,8 @@ TEST_CASE("a branch failing the same way for long writes a record now and then",
   std::vector<wal::Record> log;
   auto fx = Run(t, Submit({Branch("a")}));
   auto keep = [&](const std::vector<Effect>& effects) {
-    int updates = 0;
-    for (const auto& p : All<PersistEffect>(effects)) {
-      for (const auto& rec : p.records) {
-        log.push_back(rec);
-        updates += std::holds_alternative<wal::PhaseUpdate>(rec) ? 1 : 0;
-      }
-    }
-    return updates;
+    for (const auto& rec : Records(effects)) log.push_back(rec);
+    return static_cast<int>(RecordsOf<wal::PhaseUpdate>(effects).size());
   };
   keep(fx);
   fx = Run(t, Reply(LastCall(fx, 0), Outcome::kExecuted));
@@ -960,15 +959,11 @@ Recovered Recover(const std::vector<std::string>& ids,
   for (const auto& id : ids) branches.push_back(Branch(id));
   std::vector<wal::Record> log;
   auto fx = Run(live, Submit(branches));
-  for (const auto& p : All<PersistEffect>(fx)) {
-    for (const auto& rec : p.records) log.push_back(rec);
-  }
+  for (const auto& rec : Records(fx)) log.push_back(rec);
   for (uint32_t b = 0; b < live.branches.size(); ++b) {
     if (!tried.count(live.branches[b].spec.branch_id)) continue;
     auto r = Run(live, Reply(LastCall(fx, b), Outcome::kExecuted));
-    for (const auto& p : All<PersistEffect>(r)) {
-      for (const auto& rec : p.records) log.push_back(rec);
-    }
+    for (const auto& rec : Records(r)) log.push_back(rec);
   }
   Recovered out;
   out.log = log;
@@ -1026,11 +1021,7 @@ TEST_CASE("a Confirm witness is adopted once every other Try is EXECUTED",
   CHECK(r.t.decision_cause == DecisionCause::kWitnessed);
   // The record says so: the cause is its field, the reason human text.
   std::optional<wal::Decided> recorded;
-  for (const auto& p : All<PersistEffect>(fx)) {
-    for (const auto& rec : p.records) {
-      if (const auto* d = std::get_if<wal::Decided>(&rec)) recorded = *d;
-    }
-  }
+  for (const auto& d : RecordsOf<wal::Decided>(fx)) recorded = d;
   REQUIRE(recorded.has_value());
   CHECK(recorded->cause == DecisionCause::kWitnessed);
   CHECK(recorded->reason == r.t.decision_reason);
@@ -1041,12 +1032,8 @@ TEST_CASE("a Confirm witness is adopted once every other Try is EXECUTED",
   // Recovery of the adopted decision: the cause survives.
   Txn again;
   for (const auto& rec : r.log) REQUIRE(ApplyRecord(again, rec).ok());
-  for (const auto& p : All<PersistEffect>(fx)) {
-    for (const auto& rec : p.records) {
-      if (std::holds_alternative<wal::Decided>(rec)) {
-        REQUIRE(ApplyRecord(again, rec).ok());
-      }
-    }
+  for (const auto& d : RecordsOf<wal::Decided>(fx)) {
+    REQUIRE(ApplyRecord(again, d).ok());
   }
   CHECK(again.decision_cause == DecisionCause::kWitnessed);
 }
@@ -1169,9 +1156,7 @@ TEST_CASE("recovery replays the records and resumes", "[machine]") {
   Txn live;
   std::vector<wal::Record> log;
   auto keep = [&](const std::vector<Effect>& fx) {
-    for (const auto& p : All<PersistEffect>(fx)) {
-      for (const auto& rec : p.records) log.push_back(rec);
-    }
+    for (const auto& rec : Records(fx)) log.push_back(rec);
   };
   auto fx = Run(live, Submit({Branch("a"), Branch("b")}));
   keep(fx);

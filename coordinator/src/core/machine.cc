@@ -196,17 +196,11 @@ void Stepper::UpdatePhase(uint32_t b, Phase phase, PhaseState state,
 // a branch retried for days writes half as much, and a transaction's calls
 // cost no WAL write on their way out.
 void Stepper::MarkSent(uint32_t b, Phase phase) {
-  const auto& br = t_.branches[b];
-  const PhaseProgress& p =
-      phase == Phase::kTry ? br.try_phase : br.second_phase;
-  wal::PhaseUpdate u;
-  u.branch_id = br.spec.branch_id;
-  u.phase = phase;
-  u.state = PhaseState::kUnknown;
-  u.attempts = p.attempts + 1;
-  u.last_error = p.last_error;
-  u.at_ms = now_;
-  MustApply(u);
+  auto& br = t_.branches[b];
+  PhaseProgress& p = phase == Phase::kTry ? br.try_phase : br.second_phase;
+  ++p.attempts;  // the record below restates it
+  UpdatePhase(b, phase, PhaseState::kUnknown, Outcome::kNone, p.last_error,
+              /*write=*/false);
 }
 
 void Stepper::SendTry(uint32_t b) {
