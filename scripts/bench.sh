@@ -619,39 +619,79 @@ steal_pct() {
 # handoff_counts NAME:PID,... starts it for the measured window (after the
 # warm-up) and handoff_report LABEL TPS adds "per transaction" figures to
 # handoff_note. Without perf (or its tracepoints) it says so instead.
+# Which threads switch: each process's threads are read from /proc at both
+# ends of the same window (thread_switches), and the report gives the
+# switches (voluntary + involuntary) and CPU per transaction of each group
+# of threads by name (gRPC's nexting_thread, the process's own, RocksDB's).
 handoff_note=""
 handoff_jobs=()
 handoff_counts() {
   handoff_jobs=()
-  command -v perf >/dev/null 2>&1 || return 0
-  local entry name pid
+  local entry name pid have_perf=0
+  command -v perf >/dev/null 2>&1 && have_perf=1
   IFS=, read -r -a entries <<<"$1"
   for entry in "${entries[@]}"; do
     name=${entry%%:*} pid=${entry#*:}
+    local base=$run_dir/handoffs-$name-${#table_rows[@]}
     (sleep "$warmup_s"
-     exec perf stat -x, -e context-switches,syscalls:sys_enter_futex \
-       -p "$pid" -- sleep "$duration_s") \
-      >/dev/null 2>"$run_dir/handoffs-$name-${#table_rows[@]}.csv" &
+     thread_switches "$pid" >"$base.threads-before"
+     if [[ $have_perf == 1 ]]; then
+       perf stat -x, -e context-switches,syscalls:sys_enter_futex \
+         -p "$pid" -- sleep "$duration_s" 2>"$base.csv" >/dev/null
+     else
+       sleep "$duration_s"
+     fi
+     thread_switches "$pid" >"$base.threads-after") >/dev/null 2>&1 &
     handoff_jobs+=("$name:$!")
   done
 }
+# thread_switches PID: "TID NAME SWITCHES CPU_TICKS" for each of its threads.
+thread_switches() {
+  local t
+  for t in /proc/"$1"/task/*; do
+    awk -v tid="${t##*/}" -v comm="$(tr ' ' _ <"$t/comm" 2>/dev/null)" \
+      '/^(non)?voluntary_ctxt_switches/ { n += $2 }
+       END { printf "%s %s %d ", tid, comm, n }' "$t/status" 2>/dev/null &&
+      awk '{ print $14 + $15 }' "$t/stat" 2>/dev/null
+  done
+}
+# thread_groups BEFORE AFTER TRANSACTIONS: the three groups of threads (by
+# name) that switched most, with switches and CPU ms per transaction.
+thread_groups() {
+  awk -v n="$3" -v hz="$(getconf CLK_TCK)" '
+    FNR == NR { s0[$1] = $3; c0[$1] = $4; next }
+    { sw[$2] += $3 - s0[$1]; cpu[$2] += $4 - c0[$1] }
+    END {
+      if (n <= 0) { print "?"; exit }
+      for (k = 0; k < 3; k++) {
+        best = ""
+        for (g in sw) if (!(g in done) && (best == "" || sw[g] > sw[best])) best = g
+        if (best == "" || sw[best] <= 0) break
+        done[best] = 1
+        printf "%s%s %.1f (%.3f ms CPU)", (k ? ", " : ""), best, sw[best] / n,
+          1000 * cpu[best] / hz / n
+      }
+    }' "$1" "$2"
+}
 handoff_report() {
   local label=$1 tps=$2 entry name pid cs fx out=""
-  if [[ ${#handoff_jobs[@]} == 0 ]]; then
-    handoff_note+="$label: context switches and futex calls not counted (no perf). "
-    return 0
-  fi
+  local n groups
+  n=$(awk -v t="$tps" -v d="$duration_s" 'BEGIN { print t * d }')
   for entry in "${handoff_jobs[@]}"; do
     name=${entry%%:*} pid=${entry#*:}
     wait "$pid" 2>/dev/null || true
-    local csv=$run_dir/handoffs-$name-$((${#table_rows[@]} - 1)).csv
+    local base=$run_dir/handoffs-$name-$((${#table_rows[@]} - 1))
+    local csv=$base.csv
     cs=$(awk -F, '$3 == "context-switches" { print $1 }' "$csv" 2>/dev/null)
     fx=$(awk -F, '$3 == "syscalls:sys_enter_futex" { print $1 }' "$csv" 2>/dev/null)
-    out+="${out:+; }$name $(awk -v c="${cs:-0}" -v f="${fx:-0}" -v t="$tps" \
-      -v d="$duration_s" 'BEGIN { n = t * d; if (n <= 0 || c == "" || f == "") { print "?"; exit }
+    groups=$(thread_groups "$base.threads-before" "$base.threads-after" "$n" \
+             2>/dev/null)
+    out+="${out:+; }$name $(awk -v c="${cs:-}" -v f="${fx:-}" -v n="$n" \
+      'BEGIN { if (n <= 0 || c == "" || f == "") { print "? (no perf)"; exit }
         printf "%.1f context switches, %.1f futex calls", c / n, f / n }')"
+    out+=" [by thread: ${groups:-?}]"
   done
-  handoff_note+="$label, per transaction (perf stat over the measured ${duration_s} s): $out. "
+  handoff_note+="$label, per transaction (perf stat over the measured ${duration_s} s; by thread from /proc, switches voluntary and not): $out. "
   echo "bench.sh: hand-offs $label: $out" >&2
 }
 
