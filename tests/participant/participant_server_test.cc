@@ -1,13 +1,21 @@
 // The participant server over real gRPC on loopback (port chosen by the OS),
-// on a RocksDB store: answers carry outcome and `replayed`, protocol
-// violations are gRPC errors, Query reads the barrier, metrics count every
-// answer, and a failure between the local commit and the reply leaves a
-// committed Try that the re-sent call gets back, replayed.
+// on a RocksDB store that syncs each commit (gRPC's synchronous server) and
+// on one that group-commits (one completion queue and its thread, replies
+// once durable): answers carry outcome and `replayed`, protocol violations
+// are gRPC errors, Query reads the barrier, metrics count every answer, a
+// failure between the local commit and the reply leaves a committed Try
+// that the re-sent call gets back, replayed; many callers at once are all
+// answered; a shutdown with calls in flight ends.
 #include "tcc/participant/participant_server.h"
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "barrier/barrier_harness.h"
 #include "participant/served_participant.h"
@@ -18,10 +26,11 @@
 namespace tcc::testing {
 namespace {
 
-struct ServerUnderTest : ServedParticipant<RocksDbEnv> {
+template <typename Env>
+struct ServerUnderTest : ServedParticipant<Env> {
   ServerUnderTest()
       : stub(v1::Participant::NewStub(grpc::CreateChannel(
-            address(), grpc::InsecureChannelCredentials()))) {}
+            this->address(), grpc::InsecureChannelCredentials()))) {}
   std::unique_ptr<v1::Participant::Stub> stub;
 };
 
@@ -45,14 +54,16 @@ using Rpc = grpc::Status (v1::Participant::Stub::*)(grpc::ClientContext*,
                                                     const v1::BranchRequest&,
                                                     v1::BranchResponse*);
 
-grpc::Status Call(ServerUnderTest& s, Rpc rpc, const v1::BranchRequest& req,
+template <typename S>
+grpc::Status Call(S& s, Rpc rpc, const v1::BranchRequest& req,
                   v1::BranchResponse* resp) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   return ((*s.stub).*rpc)(&ctx, req, resp);
 }
 
-v1::QueryResponse Query(ServerUnderTest& s, const std::string& gid) {
+template <typename S>
+v1::QueryResponse Query(S& s, const std::string& gid) {
   v1::QueryRequest req;
   *req.mutable_key() = Request(gid).key();
   v1::QueryResponse resp;
@@ -61,8 +72,9 @@ v1::QueryResponse Query(ServerUnderTest& s, const std::string& gid) {
   return resp;
 }
 
-double Counter(ServerUnderTest& s, const std::string& op,
-               const std::string& outcome, const std::string& replayed) {
+template <typename S>
+double Counter(S& s, const std::string& op, const std::string& outcome,
+               const std::string& replayed) {
   for (const auto& family : s.participant.metrics()->Collect()) {
     if (family.name != "tcc_participant_calls_total") continue;
     for (const auto& m : family.metric) {
@@ -77,9 +89,10 @@ double Counter(ServerUnderTest& s, const std::string& op,
   return 0;
 }
 
-TEST_CASE("participant server: try, duplicate, query, confirm over gRPC",
-          "[integration]") {
-  ServerUnderTest s;
+TEMPLATE_TEST_CASE(
+    "participant server: try, duplicate, query, confirm over gRPC",
+    "[integration]", RocksDbEnv, RocksDbGroupCommitEnv) {
+  ServerUnderTest<TestType> s;
   v1::BranchResponse resp;
   REQUIRE(Call(s, &v1::Participant::Stub::Try, Request("g1"), &resp).ok());
   CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
@@ -121,9 +134,9 @@ TEST_CASE("participant server: try, duplicate, query, confirm over gRPC",
   CHECK(Counter(s, "query", "confirmed", "false") == 1);
 }
 
-TEST_CASE("participant server: refusals, empty rollback and late Try",
-          "[integration]") {
-  ServerUnderTest s;
+TEMPLATE_TEST_CASE("participant server: refusals, empty rollback and late Try",
+                   "[integration]", RocksDbEnv, RocksDbGroupCommitEnv) {
+  ServerUnderTest<TestType> s;
   v1::BranchResponse resp;
   REQUIRE(Call(s, &v1::Participant::Stub::Try, Request("r1", "refuse"), &resp)
               .ok());
@@ -144,9 +157,9 @@ TEST_CASE("participant server: refusals, empty rollback and late Try",
   CHECK(Counter(s, "try", "hanging_refused", "false") == 2);
 }
 
-TEST_CASE("participant server: malformed calls are INVALID_ARGUMENT",
-          "[integration]") {
-  ServerUnderTest s;
+TEMPLATE_TEST_CASE("participant server: malformed calls are INVALID_ARGUMENT",
+                   "[integration]", RocksDbEnv, RocksDbGroupCommitEnv) {
+  ServerUnderTest<TestType> s;
   v1::BranchResponse resp;
   CHECK(Call(s, &v1::Participant::Stub::Try, Request("g", "no-such-action"),
              &resp)
@@ -192,9 +205,10 @@ TEST_CASE("participant server: malformed calls are INVALID_ARGUMENT",
   CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
 }
 
-TEST_CASE("participant server: a reply lost after the commit is replayed",
-          "[integration]") {
-  ServerUnderTest s;
+TEMPLATE_TEST_CASE(
+    "participant server: a reply lost after the commit is replayed",
+    "[integration]", RocksDbEnv, RocksDbGroupCommitEnv) {
+  ServerUnderTest<TestType> s;
   REQUIRE(failpoint::Configure(std::string(participant::kAfterCommitFailpoint) +
                                "=error@1")
               .ok());
@@ -209,6 +223,124 @@ TEST_CASE("participant server: a reply lost after the commit is replayed",
   CHECK(resp.outcome() == v1::OUTCOME_EXECUTED);
   CHECK(resp.replayed());
   CHECK(s.rec.Invocations("try") == 1);
+}
+
+TEMPLATE_TEST_CASE("participant server: a Batch runs its calls in order",
+                   "[integration]", RocksDbEnv, RocksDbGroupCommitEnv) {
+  ServerUnderTest<TestType> s;
+  v1::BatchRequest batch;
+  *batch.add_calls()->mutable_try_call() = Request("b1");
+  *batch.add_calls()->mutable_try_call() = Request("b2", "refuse");
+  *batch.add_calls()->mutable_cancel_call() = Request("b3");
+  *batch.add_calls()->mutable_query_call()->mutable_key() = Request("b1").key();
+  v1::BatchResponse answer;
+  {
+    grpc::ClientContext ctx;
+    REQUIRE(s.stub->Batch(&ctx, batch, &answer).ok());
+  }
+  REQUIRE(answer.results_size() == 4);
+  for (const v1::BatchResult& r : answer.results()) CHECK(r.code() == 0);
+  CHECK(answer.results(0).branch().outcome() == v1::OUTCOME_EXECUTED);
+  CHECK(answer.results(1).branch().outcome() == v1::OUTCOME_REJECTED);
+  CHECK(answer.results(2).branch().outcome() == v1::OUTCOME_EMPTY_ROLLBACK);
+  CHECK(answer.results(3).query().state() == v1::BARRIER_STATE_TRIED);
+  CHECK(s.rec.Invocations("try") == 2);
+
+  // A call that names nothing: the whole batch is refused, nothing ran.
+  v1::BatchRequest bad;
+  *bad.add_calls()->mutable_try_call() = Request("b4");
+  bad.add_calls();
+  grpc::ClientContext ctx;
+  CHECK(s.stub->Batch(&ctx, bad, &answer).error_code() ==
+        grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(Query(s, "b4").state() == v1::BARRIER_STATE_NOT_FOUND);
+  CHECK(s.rec.Invocations("try") == 2);
+}
+
+// The group-commit server runs every call on its one queue's thread: calls
+// from many callers at once are each answered, once durable.
+TEST_CASE("participant server, group commit: many callers at once",
+          "[integration]") {
+  ServerUnderTest<RocksDbGroupCommitEnv> s;
+  constexpr int kCallers = 8;
+  constexpr int kEach = 25;
+  std::atomic<int> executed{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < kCallers; ++c) {
+    callers.emplace_back([&, c] {
+      for (int i = 0; i < kEach; ++i) {
+        const std::string gid =
+            "m" + std::to_string(c) + "-" + std::to_string(i);
+        for (Rpc rpc :
+             {&v1::Participant::Stub::Try, &v1::Participant::Stub::Confirm}) {
+          v1::BranchResponse resp;
+          if (Call(s, rpc, Request(gid), &resp).ok() &&
+              resp.outcome() == v1::OUTCOME_EXECUTED) {
+            ++executed;
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  CHECK(executed.load() == 2 * kCallers * kEach);
+  CHECK(s.rec.Invocations("try") == kCallers * kEach);
+  CHECK(s.rec.Invocations("confirm") == kCallers * kEach);
+  CHECK(Query(s, "m7-24").state() == v1::BARRIER_STATE_CONFIRMED);
+}
+
+// Shutdown while calls wait for a slow sync: it ends, and every caller hears
+// back (the reply, or an error it must take as an unknown outcome).
+TEST_CASE("participant server, group commit: shutdown with calls in flight",
+          "[integration]") {
+  ServerUnderTest<RocksDbGroupCommitEnv> s;
+  struct Off {
+    ~Off() { (void)failpoint::Configure(""); }
+  } off;
+  REQUIRE(failpoint::Configure("barrier.before_synced_commit=sleep(300)").ok());
+  constexpr int kCalls = 16;
+  struct Pending {
+    grpc::ClientContext ctx;
+    v1::BranchResponse resp;
+  };
+  std::vector<Pending> pending(kCalls);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<grpc::Status> statuses;
+  std::vector<v1::BranchRequest> requests;
+  for (int i = 0; i < kCalls; ++i) {
+    requests.push_back(Request("s" + std::to_string(i)));
+  }
+  for (int i = 0; i < kCalls; ++i) {
+    pending[i].ctx.set_deadline(std::chrono::system_clock::now() +
+                                std::chrono::seconds(10));
+    s.stub->async()->Try(&pending[i].ctx, &requests[i], &pending[i].resp,
+                         [&](grpc::Status status) {
+                           std::lock_guard<std::mutex> lock(mu);
+                           statuses.push_back(std::move(status));
+                           cv.notify_all();
+                         });
+  }
+  // Until the first sync is under way (its calls wait in WhenDurable).
+  for (int i = 0; i < 200 && s.rec.Invocations("try") == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE(s.rec.Invocations("try") > 0);
+  s.server->Shutdown(std::chrono::milliseconds(0));
+  std::unique_lock<std::mutex> lock(mu);
+  REQUIRE(cv.wait_for(lock, std::chrono::seconds(10),
+                      [&] { return statuses.size() == kCalls; }));
+  for (const grpc::Status& status : statuses) {
+    INFO(status.error_code() << " " << status.error_message());
+    CHECK((status.ok() || status.error_code() == grpc::StatusCode::CANCELLED ||
+           status.error_code() == grpc::StatusCode::UNAVAILABLE));
+  }
+  lock.unlock();
+  // Nothing is served any more.
+  v1::BranchResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  CHECK(!s.stub->Try(&ctx, Request("after"), &resp).ok());
 }
 
 TEST_CASE("participant: actions are validated when registered", "[unit]") {
