@@ -107,8 +107,10 @@
 # --etcd or --cluster) is:
 #   tcc-bench: tps=N baseline_tps=N ratio=N p50_ms=N p99_ms=N
 #     p99_half_load_ms=N single_p50_ms=N slow_fsync_tps=N recovery_tps=N
-#     errors=N
+#     errors=N baseline_p99_half_load_ms=N baseline_single_p50_ms=N
 # (one line; fields not measured print 0). errors counts every run's errors.
+# The last two are the baseline's own figures at its half rate and at C=1:
+# what the RPCs alone reach on this machine, beside tccd's two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -1312,6 +1314,7 @@ fi
 start_baseline
 run_set baseline "$baseline_target" "$baseline_pids" "$baseline_roles"
 baseline_tps=$headline_tps
+baseline_half_p99=$half_load_p99 baseline_single_p50=$single_p50
 cleanup
 
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -1333,4 +1336,6 @@ echo "bench.sh: table written to $out; logs in $run_dir" >&2
 echo "tcc-bench: tps=$tccd_tps baseline_tps=$baseline_tps ratio=$ratio" \
      "p50_ms=$tccd_p50 p99_ms=$tccd_p99 p99_half_load_ms=$tccd_half_p99" \
      "single_p50_ms=$tccd_single_p50 slow_fsync_tps=$slow_fsync_tps" \
-     "recovery_tps=$recovery_tps errors=$total_errors"
+     "recovery_tps=$recovery_tps errors=$total_errors" \
+     "baseline_p99_half_load_ms=$baseline_half_p99" \
+     "baseline_single_p50_ms=$baseline_single_p50"
