@@ -647,15 +647,20 @@ handoff_counts() {
     handoff_jobs+=("$name:$!")
   done
 }
-# thread_switches PID: "TID NAME SWITCHES CPU_TICKS" for each of its threads.
+# thread_switches PID: "TID NAME SWITCHES CPU_TICKS" for each of its threads,
+# in one pass (it runs inside the measured window): grep names each line's
+# file and skips a thread that exits meanwhile.
 thread_switches() {
-  local t
-  for t in /proc/"$1"/task/*; do
-    awk -v tid="${t##*/}" -v comm="$(tr ' ' _ <"$t/comm" 2>/dev/null)" \
-      '/^(non)?voluntary_ctxt_switches/ { n += $2 }
-       END { printf "%s %s %d ", tid, comm, n }' "$t/status" 2>/dev/null &&
-      awk '{ print $14 + $15 }' "$t/stat" 2>/dev/null
-  done
+  { grep -H -E '^(Name|(non)?voluntary_ctxt_switches):' \
+      /proc/"$1"/task/*/status
+    grep -H '' /proc/"$1"/task/*/stat
+  } 2>/dev/null | awk '
+    { split($0, p, "/"); tid = p[5] }
+    p[6] ~ /^status:Name:/ { s = $0; sub(/^[^\t]*\t/, "", s); gsub(/ /, "_", s)
+                             name[tid] = s; next }
+    p[6] ~ /^status:/ { sw[tid] += $2; next }
+    { s = $0; sub(/.*\) /, "", s); split(s, f, " "); cpu[tid] = f[12] + f[13] }
+    END { for (t in name) print t, name[t], sw[t] + 0, cpu[t] + 0 }'
 }
 # thread_groups BEFORE AFTER TRANSACTIONS: the three groups of threads (by
 # name) that switched most, with switches and CPU ms per transaction.

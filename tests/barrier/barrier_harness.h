@@ -18,6 +18,7 @@
 #include "store_envs.h"
 #include "tcc/barrier/barrier.h"
 #include "tcc/clock/clock.h"
+#include "tcc/failpoint/failpoint.h"
 #include "tcc/identity/content_hash.h"
 
 namespace tcc::testing {
@@ -25,6 +26,11 @@ namespace tcc::testing {
 inline constexpr int64_t kT0 = 1'700'000'000'000;  // the manual clock's start
 inline constexpr int64_t kSkewMs = 1'000;
 inline constexpr int64_t kDeadlineMs = kT0 + 10'000;
+
+// Turns every failpoint off when it goes, however the test leaves.
+struct FailpointsOff {
+  ~FailpointsOff() { (void)failpoint::Configure(""); }
+};
 
 inline std::string HashOf(std::string_view payload) {
   return identity::ToBytes(identity::BranchHash(1, "p", "act", payload));

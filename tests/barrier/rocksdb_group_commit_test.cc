@@ -14,10 +14,6 @@
 namespace tcc::testing {
 namespace {
 
-struct FailpointsOff {
-  ~FailpointsOff() { (void)failpoint::Configure(""); }
-};
-
 absl::Status CommitPut(barrier::BarrierStore& store, const std::string& key) {
   auto txn = store.Begin();
   if (!txn.ok()) return txn.status();

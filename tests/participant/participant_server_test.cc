@@ -294,9 +294,7 @@ TEST_CASE("participant server, group commit: many callers at once",
 TEST_CASE("participant server, group commit: shutdown with calls in flight",
           "[integration]") {
   ServerUnderTest<RocksDbGroupCommitEnv> s;
-  struct Off {
-    ~Off() { (void)failpoint::Configure(""); }
-  } off;
+  FailpointsOff off;
   REQUIRE(failpoint::Configure("barrier.before_synced_commit=sleep(300)").ok());
   constexpr int kCalls = 16;
   struct Pending {
