@@ -4,45 +4,122 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 
 namespace tcc::identity {
 namespace {
 
-void PutU64(std::string& out, uint64_t v) {
-  for (int shift = 56; shift >= 0; shift -= 8) {
-    out.push_back(static_cast<char>((v >> shift) & 0xff));
+// The canonical encodings (content_hash.h) are written once, below, to a
+// sink: a string (the Canonical*Encoding functions) or a SHA-256 digest fed
+// piece by piece (the hashes), so that hashing a submission does not first
+// copy its payloads into one buffer.
+
+// Appends to a string.
+class StringSink {
+ public:
+  explicit StringSink(std::string& out) : out_(out) {}
+  void Put(std::string_view bytes) { out_.append(bytes.data(), bytes.size()); }
+
+ private:
+  std::string& out_;
+};
+
+// Feeds a SHA-256 digest. EVP calls fail only on allocation failure; a wrong
+// hash would be worse than a crash.
+class DigestSink {
+ public:
+  DigestSink() : ctx_(EVP_MD_CTX_new()) {
+    if (ctx_ == nullptr ||
+        EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1) {
+      std::abort();
+    }
   }
+  void Put(std::string_view bytes) {
+    if (EVP_DigestUpdate(ctx_.get(), bytes.data(), bytes.size()) != 1) {
+      std::abort();
+    }
+  }
+  Hash Finish() {
+    Hash hash{};
+    unsigned int len = 0;
+    if (EVP_DigestFinal_ex(ctx_.get(), hash.data(), &len) != 1 ||
+        len != hash.size()) {
+      std::abort();
+    }
+    return hash;
+  }
+
+ private:
+  struct Free {
+    void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+  };
+  std::unique_ptr<EVP_MD_CTX, Free> ctx_;
+};
+
+template <class Sink>
+void PutU64(Sink& out, uint64_t v) {
+  char b[8];
+  for (int i = 0; i < 8; ++i)
+    b[i] = static_cast<char>((v >> (56 - 8 * i)) & 0xff);
+  out.Put(std::string_view(b, sizeof(b)));
 }
 
-void PutU32(std::string& out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    out.push_back(static_cast<char>((v >> shift) & 0xff));
-  }
+template <class Sink>
+void PutU32(Sink& out, uint32_t v) {
+  char b[4];
+  for (int i = 0; i < 4; ++i)
+    b[i] = static_cast<char>((v >> (24 - 8 * i)) & 0xff);
+  out.Put(std::string_view(b, sizeof(b)));
 }
 
-void PutString(std::string& out, std::string_view s) {
+template <class Sink>
+void PutString(Sink& out, std::string_view s) {
   PutU32(out, static_cast<uint32_t>(s.size()));
-  out.append(s.data(), s.size());
+  out.Put(s);
 }
 
-void PutTag(std::string& out, std::string_view tag) {
-  out.append(tag.data(), tag.size());
-  out.push_back('\0');
+template <class Sink>
+void PutTag(Sink& out, std::string_view tag) {
+  out.Put(tag);
+  out.Put(std::string_view("\0", 1));
+}
+
+template <class Sink>
+void EncodeBranch(Sink& out, uint64_t revision, std::string_view participant,
+                  std::string_view action, std::string_view payload) {
+  PutTag(out, "tcc.v1.branch");
+  PutU64(out, revision);
+  PutString(out, participant);
+  PutString(out, action);
+  PutString(out, payload);
+}
+
+template <class Sink>
+void EncodeSubmission(Sink& out, uint64_t revision, bool approval_gate,
+                      std::vector<BranchContent> branches) {
+  std::sort(branches.begin(), branches.end(),
+            [](const BranchContent& a, const BranchContent& b) {
+              return a.branch_id < b.branch_id;
+            });
+  PutTag(out, "tcc.v1.submission");
+  PutU64(out, revision);
+  out.Put(approval_gate ? std::string_view("\1", 1)
+                        : std::string_view("\0", 1));
+  PutU32(out, static_cast<uint32_t>(branches.size()));
+  for (const auto& b : branches) {
+    PutString(out, b.branch_id);
+    PutString(out, b.participant);
+    PutString(out, b.action);
+    PutString(out, b.payload);
+  }
 }
 
 }  // namespace
 
 Hash Sha256(std::string_view bytes) {
-  Hash hash{};
-  unsigned int len = 0;
-  // EVP_Digest only fails on allocation failure; a wrong hash would be worse
-  // than a crash.
-  if (EVP_Digest(bytes.data(), bytes.size(), hash.data(), &len, EVP_sha256(),
-                 nullptr) != 1 ||
-      len != hash.size()) {
-    std::abort();
-  }
-  return hash;
+  DigestSink digest;
+  digest.Put(bytes);
+  return digest.Finish();
 }
 
 std::string CanonicalBranchEncoding(uint64_t revision,
@@ -51,20 +128,13 @@ std::string CanonicalBranchEncoding(uint64_t revision,
                                     std::string_view payload) {
   std::string out;
   out.reserve(32 + participant.size() + action.size() + payload.size());
-  PutTag(out, "tcc.v1.branch");
-  PutU64(out, revision);
-  PutString(out, participant);
-  PutString(out, action);
-  PutString(out, payload);
+  StringSink sink(out);
+  EncodeBranch(sink, revision, participant, action, payload);
   return out;
 }
 
 std::string CanonicalSubmissionEncoding(uint64_t revision, bool approval_gate,
                                         std::vector<BranchContent> branches) {
-  std::sort(branches.begin(), branches.end(),
-            [](const BranchContent& a, const BranchContent& b) {
-              return a.branch_id < b.branch_id;
-            });
   size_t size = 32;
   for (const auto& b : branches) {
     size += 16 + b.branch_id.size() + b.participant.size() + b.action.size() +
@@ -72,29 +142,23 @@ std::string CanonicalSubmissionEncoding(uint64_t revision, bool approval_gate,
   }
   std::string out;
   out.reserve(size);
-  PutTag(out, "tcc.v1.submission");
-  PutU64(out, revision);
-  out.push_back(approval_gate ? '\1' : '\0');
-  PutU32(out, static_cast<uint32_t>(branches.size()));
-  for (const auto& b : branches) {
-    PutString(out, b.branch_id);
-    PutString(out, b.participant);
-    PutString(out, b.action);
-    PutString(out, b.payload);
-  }
+  StringSink sink(out);
+  EncodeSubmission(sink, revision, approval_gate, std::move(branches));
   return out;
 }
 
 Hash BranchHash(uint64_t revision, std::string_view participant,
                 std::string_view action, std::string_view payload) {
-  return Sha256(
-      CanonicalBranchEncoding(revision, participant, action, payload));
+  DigestSink digest;
+  EncodeBranch(digest, revision, participant, action, payload);
+  return digest.Finish();
 }
 
 Hash SubmissionHash(uint64_t revision, bool approval_gate,
                     std::vector<BranchContent> branches) {
-  return Sha256(CanonicalSubmissionEncoding(revision, approval_gate,
-                                            std::move(branches)));
+  DigestSink digest;
+  EncodeSubmission(digest, revision, approval_gate, std::move(branches));
+  return digest.Finish();
 }
 
 std::string ToHex(const Hash& hash) {
