@@ -617,7 +617,10 @@ steal_pct() {
 }
 
 # Thread hand-offs (issue 20): while a run measures, `perf stat` counts each
-# process's context switches and futex calls (syscalls:sys_enter_futex);
+# process's context switches, futex calls (syscalls:sys_enter_futex) and all
+# its syscalls (raw_syscalls:sys_enter: on a paravirtualized guest every
+# kernel entry traps to the hypervisor, and that, more than the switches,
+# is what a transaction's CPU goes to at C=1; README, session 30);
 # handoff_counts NAME:PID,... starts it for the measured window (after the
 # warm-up) and handoff_report LABEL TPS adds "per transaction" figures to
 # handoff_note. Without perf (or its tracepoints) it says so instead.
@@ -638,7 +641,8 @@ handoff_counts() {
     (sleep "$warmup_s"
      thread_switches "$pid" >"$base.threads-before"
      if [[ $have_perf == 1 ]]; then
-       perf stat -x, -e context-switches,syscalls:sys_enter_futex \
+       perf stat -x, \
+         -e context-switches,syscalls:sys_enter_futex,raw_syscalls:sys_enter \
          -p "$pid" -- sleep "$duration_s" 2>"$base.csv" >/dev/null
      else
        sleep "$duration_s"
@@ -681,7 +685,7 @@ thread_groups() {
     }' "$1" "$2"
 }
 handoff_report() {
-  local label=$1 tps=$2 entry name pid cs fx out=""
+  local label=$1 tps=$2 entry name pid cs fx sc out=""
   local n groups
   n=$(awk -v t="$tps" -v d="$duration_s" 'BEGIN { print t * d }')
   for entry in "${handoff_jobs[@]}"; do
@@ -691,11 +695,13 @@ handoff_report() {
     local csv=$base.csv
     cs=$(awk -F, '$3 == "context-switches" { print $1 }' "$csv" 2>/dev/null)
     fx=$(awk -F, '$3 == "syscalls:sys_enter_futex" { print $1 }' "$csv" 2>/dev/null)
+    sc=$(awk -F, '$3 == "raw_syscalls:sys_enter" { print $1 }' "$csv" 2>/dev/null)
     groups=$(thread_groups "$base.threads-before" "$base.threads-after" "$n" \
              2>/dev/null)
-    out+="${out:+; }$name $(awk -v c="${cs:-}" -v f="${fx:-}" -v n="$n" \
-      'BEGIN { if (n <= 0 || c == "" || f == "") { print "? (no perf)"; exit }
-        printf "%.1f context switches, %.1f futex calls", c / n, f / n }')"
+    out+="${out:+; }$name $(awk -v c="${cs:-}" -v f="${fx:-}" -v s="${sc:-}" \
+      -v n="$n" 'BEGIN { if (n <= 0 || c == "" || f == "") { print "? (no perf)"; exit }
+        printf "%.1f context switches, %.1f futex calls", c / n, f / n
+        if (s ~ /^[0-9]+$/) printf ", %.1f syscalls", s / n }')"
     out+=" [by thread: ${groups:-?}]"
   done
   handoff_note+="$label, per transaction (perf stat over the measured ${duration_s} s; by thread from /proc, switches voluntary and not): $out. "
