@@ -56,25 +56,19 @@ class DigestSink {
   std::unique_ptr<EVP_MD_CTX, Free> ctx_;
 };
 
-template <class Sink>
-void PutU64(Sink& out, uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i)
-    b[i] = static_cast<char>((v >> (56 - 8 * i)) & 0xff);
-  out.Put(std::string_view(b, sizeof(b)));
-}
-
-template <class Sink>
-void PutU32(Sink& out, uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i)
-    b[i] = static_cast<char>((v >> (24 - 8 * i)) & 0xff);
+// `v` as `Bytes` bytes, big-endian.
+template <int Bytes, class Sink>
+void PutBigEndian(Sink& out, uint64_t v) {
+  char b[Bytes];
+  for (int i = 0; i < Bytes; ++i) {
+    b[i] = static_cast<char>((v >> (8 * (Bytes - 1 - i))) & 0xff);
+  }
   out.Put(std::string_view(b, sizeof(b)));
 }
 
 template <class Sink>
 void PutString(Sink& out, std::string_view s) {
-  PutU32(out, static_cast<uint32_t>(s.size()));
+  PutBigEndian<4>(out, static_cast<uint32_t>(s.size()));
   out.Put(s);
 }
 
@@ -88,7 +82,7 @@ template <class Sink>
 void EncodeBranch(Sink& out, uint64_t revision, std::string_view participant,
                   std::string_view action, std::string_view payload) {
   PutTag(out, "tcc.v1.branch");
-  PutU64(out, revision);
+  PutBigEndian<8>(out, revision);
   PutString(out, participant);
   PutString(out, action);
   PutString(out, payload);
@@ -102,10 +96,10 @@ void EncodeSubmission(Sink& out, uint64_t revision, bool approval_gate,
               return a.branch_id < b.branch_id;
             });
   PutTag(out, "tcc.v1.submission");
-  PutU64(out, revision);
+  PutBigEndian<8>(out, revision);
   out.Put(approval_gate ? std::string_view("\1", 1)
                         : std::string_view("\0", 1));
-  PutU32(out, static_cast<uint32_t>(branches.size()));
+  PutBigEndian<4>(out, static_cast<uint32_t>(branches.size()));
   for (const auto& b : branches) {
     PutString(out, b.branch_id);
     PutString(out, b.participant);
