@@ -100,6 +100,26 @@
 #                      tcc-bench-payload: tccd_tps=N baseline_tps=N ratio=N
 #                        tccd_cpu_ms_per_tx=N errors=N
 #                      (ratio: the median of round i's tccd / baseline)
+#   --against BIN      instead of the set above: the build directory's tccd
+#                      ("new") against another tccd binary BIN ("old"; e.g.
+#                      one built from an earlier commit), alternated
+#                      (issue 20: a figure claimed on a machine whose speed
+#                      drifts needs at least three alternations). Each
+#                      round starts a fresh stack (both banks and tccd, new
+#                      data directories) with new, runs C=64 (2 branches,
+#                      --against-payload bytes) and C=1 (100 B), then the
+#                      same with old. Every run is in the table, with
+#                      tccd's switches, futex calls and syscalls per
+#                      transaction; the last line gives the medians:
+#                      tcc-bench-against: new_tps=N old_tps=N
+#                        new_cpu_ms_per_tx=N old_cpu_ms_per_tx=N
+#                        new_single_p50_ms=N old_single_p50_ms=N errors=N
+#                      (tps and CPU of the C=64 runs, tccd's CPU per
+#                      transaction in ms)
+#   --against-rounds N rounds of (new, old) with --against (default 3)
+#   --against-payload BYTES
+#                      the payload of --against's C=64 runs (default 100;
+#                      16384 for issue 20's large-payload figure)
 #
 # Everything runs on 127.0.0.1 with ports picked by the OS; every process
 # started here is stopped on exit (also on error or Ctrl-C), and every step
@@ -132,6 +152,9 @@ etcd_members=3
 etcd_rounds=1
 soak_s=0
 payload_rounds=0
+against_bin=""
+against_rounds=3
+against_payload=100
 python_http_batch=on
 cluster_mode=0
 while [[ $# -gt 0 ]]; do
@@ -156,6 +179,9 @@ while [[ $# -gt 0 ]]; do
     --etcd-rounds) etcd_rounds=$2; shift ;;
     --etcd-soak) soak_s=$2; shift ;;
     --payload-rounds) payload_rounds=$2; shift ;;
+    --against) against_bin=$2; shift ;;
+    --against-rounds) against_rounds=$2; shift ;;
+    --against-payload) against_payload=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -1277,6 +1303,63 @@ if [[ $payload_rounds -gt 0 ]]; then
   echo "bench.sh: table written to $out; logs in $run_dir" >&2
   echo "tcc-bench-payload: tccd_tps=$p_tps baseline_tps=$p_base" \
        "ratio=$p_ratio tccd_cpu_ms_per_tx=$p_cpu errors=$total_errors"
+  exit 0
+fi
+
+if [[ -n $against_bin ]]; then
+  if [[ ! -x $against_bin ]]; then
+    echo "bench.sh: --against $against_bin is not an executable" >&2
+    exit 2
+  fi
+  new_bin=$tccd_bin
+  declare -A a_tps=() a_cpu=() a_p50=()
+  for round in $(seq "$against_rounds"); do
+    for side in new old; do
+      tccd_bin=$new_bin
+      [[ $side == old ]] && tccd_bin=$against_bin
+      if ! start_tccd_stack normal; then
+        echo "bench.sh: the $side tccd stack did not start" >&2
+        exit 1
+      fi
+      tccd_pid=${tccd_pids%%,*}
+      label="$side (round $round of $against_rounds)"
+      handoff_counts "tccd:$tccd_pid"
+      run_bench "$label: C=64, 2 branches, $against_payload B" \
+        "$tccd_target" "$tccd_pids" "$tccd_roles" --concurrency 64 \
+        --branches 2 --payload-bytes "$against_payload"
+      handoff_report "$label C=64" "$r_tps"
+      a_tps[$side]+="$r_tps "
+      a_cpu[$side]+="$(sed -n 's/^tccd \([^,]*\).*/\1/p' <<<"$r_cpu") "
+      handoff_counts "tccd:$tccd_pid"
+      run_bench "$label: C=1" "$tccd_target" "$tccd_pids" "$tccd_roles" \
+        --concurrency 1 --branches 2 --payload-bytes 100
+      handoff_report "$label C=1" "$r_tps"
+      a_p50[$side]+="$r_p50 "
+      cleanup
+    done
+  done
+  tccd_bin=$new_bin
+  # Word splitting of the lists below is meant: one value per run.
+  # shellcheck disable=SC2086
+  {
+    nt=$(median ${a_tps[new]}) ot=$(median ${a_tps[old]})
+    nc=$(median3 ${a_cpu[new]}) oc=$(median3 ${a_cpu[old]})
+    np=$(median3 ${a_p50[new]}) op=$(median3 ${a_p50[old]})
+  }
+  mkdir -p "$(dirname "$out")"
+  {
+    table_lines
+    echo
+    echo "new: $new_bin; old: $against_bin. C=64 tx/s, new: ${a_tps[new]}(median $nt); old: ${a_tps[old]}(median $ot). tccd CPU ms per transaction at C=64, new: ${a_cpu[new]}(median $nc); old: ${a_cpu[old]}(median $oc). C=1 p50 ms, new: ${a_p50[new]}(median $np); old: ${a_p50[old]}(median $op)."
+    echo
+    echo "$handoff_note"
+    machine_line
+    echo "Runs: ${duration_s} s measured after ${warmup_s} s warm-up each, loopback; tccd with $tccd_config (fsync on), banks on the RocksDB barrier (synced); a fresh stack for every (side, round)."
+  } | tee "$out"
+  echo "bench.sh: table written to $out; logs in $run_dir" >&2
+  echo "tcc-bench-against: new_tps=$nt old_tps=$ot new_cpu_ms_per_tx=$nc" \
+       "old_cpu_ms_per_tx=$oc new_single_p50_ms=$np old_single_p50_ms=$op" \
+       "errors=$total_errors"
   exit 0
 fi
 
