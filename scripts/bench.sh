@@ -108,7 +108,8 @@
 #                      round starts a fresh stack (both banks and tccd, new
 #                      data directories) with new, runs C=64 (2 branches,
 #                      --against-payload bytes) and C=1 (100 B), then the
-#                      same with old. Every run is in the table, with
+#                      same with old (the order turns each round: new
+#                      first, then old first, ...). Every run is in the table, with
 #                      tccd's switches, futex calls and syscalls per
 #                      transaction; the last line gives the medians:
 #                      tcc-bench-against: new_tps=N old_tps=N
@@ -117,6 +118,10 @@
 #                      (tps and CPU of the C=64 runs, tccd's CPU per
 #                      transaction in ms)
 #   --against-rounds N rounds of (new, old) with --against (default 3)
+#   --against-rate R   with --against, also an open loop at R transactions/s
+#                      (100 B) after C=1, for issue 20's p99 bar (e.g. half
+#                      of the old C=64 rate); the last line then also has
+#                      new_p99_at_rate_ms=N old_p99_at_rate_ms=N
 #   --against-payload BYTES
 #                      the payload of --against's C=64 runs (default 100;
 #                      16384 for issue 20's large-payload figure)
@@ -155,6 +160,7 @@ payload_rounds=0
 against_bin=""
 against_rounds=3
 against_payload=100
+against_rate=0
 python_http_batch=on
 cluster_mode=0
 while [[ $# -gt 0 ]]; do
@@ -182,6 +188,7 @@ while [[ $# -gt 0 ]]; do
     --against) against_bin=$2; shift ;;
     --against-rounds) against_rounds=$2; shift ;;
     --against-payload) against_payload=$2; shift ;;
+    --against-rate) against_rate=$2; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -1312,9 +1319,15 @@ if [[ -n $against_bin ]]; then
     exit 2
   fi
   new_bin=$tccd_bin
-  declare -A a_tps=() a_cpu=() a_p50=()
+  declare -A a_tps=() a_cpu=() a_p50=() a_p99=()
   for round in $(seq "$against_rounds"); do
-    for side in new old; do
+    # The order turns each round (new first, then old first, ...): the one
+    # that runs second in a round ran slower in every round of a test
+    # whose two tccds differed only in a hash at 16 KiB (its banks too,
+    # which were the same binary), so a fixed order would bias the medians.
+    sides="new old"
+    (( round % 2 == 0 )) && sides="old new"
+    for side in $sides; do
       tccd_bin=$new_bin
       [[ $side == old ]] && tccd_bin=$against_bin
       if ! start_tccd_stack normal; then
@@ -1335,6 +1348,12 @@ if [[ -n $against_bin ]]; then
         --concurrency 1 --branches 2 --payload-bytes 100
       handoff_report "$label C=1" "$r_tps"
       a_p50[$side]+="$r_p50 "
+      if awk -v r="$against_rate" 'BEGIN { exit !(r > 0) }'; then
+        run_bench "$label: open loop at $against_rate/s" "$tccd_target" \
+          "$tccd_pids" "$tccd_roles" --rate "$against_rate" --branches 2 \
+          --payload-bytes 100
+        a_p99[$side]+="$r_p99 "
+      fi
       cleanup
     done
   done
@@ -1345,12 +1364,18 @@ if [[ -n $against_bin ]]; then
     nt=$(median ${a_tps[new]}) ot=$(median ${a_tps[old]})
     nc=$(median3 ${a_cpu[new]}) oc=$(median3 ${a_cpu[old]})
     np=$(median3 ${a_p50[new]}) op=$(median3 ${a_p50[old]})
+    n99=$(median3 ${a_p99[new]:-}) o99=$(median3 ${a_p99[old]:-})
   }
+  rate_note="" rate_fields=""
+  if [[ -n ${a_p99[new]:-} ]]; then
+    rate_note=" p99 ms of the open loop at $against_rate/s, new: ${a_p99[new]}(median $n99); old: ${a_p99[old]}(median $o99)."
+    rate_fields=" new_p99_at_rate_ms=$n99 old_p99_at_rate_ms=$o99"
+  fi
   mkdir -p "$(dirname "$out")"
   {
     table_lines
     echo
-    echo "new: $new_bin; old: $against_bin. C=64 tx/s, new: ${a_tps[new]}(median $nt); old: ${a_tps[old]}(median $ot). tccd CPU ms per transaction at C=64, new: ${a_cpu[new]}(median $nc); old: ${a_cpu[old]}(median $oc). C=1 p50 ms, new: ${a_p50[new]}(median $np); old: ${a_p50[old]}(median $op)."
+    echo "new: $new_bin; old: $against_bin. C=64 tx/s, new: ${a_tps[new]}(median $nt); old: ${a_tps[old]}(median $ot). tccd CPU ms per transaction at C=64, new: ${a_cpu[new]}(median $nc); old: ${a_cpu[old]}(median $oc). C=1 p50 ms, new: ${a_p50[new]}(median $np); old: ${a_p50[old]}(median $op).$rate_note"
     echo
     echo "$handoff_note"
     machine_line
@@ -1359,7 +1384,7 @@ if [[ -n $against_bin ]]; then
   echo "bench.sh: table written to $out; logs in $run_dir" >&2
   echo "tcc-bench-against: new_tps=$nt old_tps=$ot new_cpu_ms_per_tx=$nc" \
        "old_cpu_ms_per_tx=$oc new_single_p50_ms=$np old_single_p50_ms=$op" \
-       "errors=$total_errors"
+       "errors=$total_errors$rate_fields"
   exit 0
 fi
 
