@@ -633,8 +633,10 @@ wal_note=""
 recovery_note=""
 total_errors=0
 # Per-run results, set by run_bench.
-# r_cpu is "ROLE CPU_S_PER_1K, ..." (tcc-bench last).
-r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=0 r_cpu=""
+# r_cpu is "ROLE CPU_S_PER_1K, ..." (tcc-bench last); r_cpu_first is the
+# first role's figure alone (tccd's in a tccd stack: its CPU ms per
+# transaction).
+r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=0 r_cpu="" r_cpu_first=""
 
 # cpu_ticks: "STEAL TOTAL", the machine's CPU ticks stolen by the hypervisor
 # and in all, from /proc/stat (0 0 where there is none).
@@ -767,7 +769,7 @@ run_bench() {
   if [[ -z $line ]]; then
     echo "bench.sh: $label failed (exit $rc); its output:" >&2
     cat "$log" >&2
-    r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=1 r_cpu=""
+    r_tps=0 r_p50=0 r_p99=0 r_p999=0 r_max=0 r_errors=1 r_cpu="" r_cpu_first=""
     total_errors=$((total_errors + 1))
     table_rows+=("| $label | failed (exit $rc) | | | | | | | | |")
     return 0
@@ -789,6 +791,7 @@ run_bench() {
                sed -n 's/.*cpu_s_per_1k=\([^ ]*\).*/\1/p')
     fi
     cpu+="${cpu:+, }$role ${per_1k:-?}"
+    [[ $i == 0 ]] && r_cpu_first=${per_1k:-?}
     i=$((i + 1))
   done
   r_cpu=$cpu
@@ -1279,8 +1282,7 @@ if [[ $payload_rounds -gt 0 ]]; then
       "$tccd_target" "$tccd_pids" "$tccd_roles" --concurrency 64 \
       --branches 2 --payload-bytes 16384
     pt_all+=("$r_tps")
-    pc=$(sed -n 's/^tccd \([^,]*\).*/\1/p' <<<"$r_cpu")
-    pc_all+=("${pc:-0}")
+    pc_all+=("${r_cpu_first:-0}")
   done
   cleanup
   start_baseline
@@ -1342,7 +1344,7 @@ if [[ -n $against_bin ]]; then
         --branches 2 --payload-bytes "$against_payload"
       handoff_report "$label C=64" "$r_tps"
       a_tps[$side]+="$r_tps "
-      a_cpu[$side]+="$(sed -n 's/^tccd \([^,]*\).*/\1/p' <<<"$r_cpu") "
+      a_cpu[$side]+="${r_cpu_first:-0} "
       handoff_counts "tccd:$tccd_pid"
       run_bench "$label: C=1" "$tccd_target" "$tccd_pids" "$tccd_roles" \
         --concurrency 1 --branches 2 --payload-bytes 100

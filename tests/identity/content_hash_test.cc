@@ -191,14 +191,18 @@ TEST_CASE("the hashes are SHA-256 of the canonical encodings, large too") {
     CHECK(BranchHash(revision, participant, action, payload) ==
           tcc::identity::Sha256(
               CanonicalBranchEncoding(revision, participant, action, payload)));
-    std::vector<std::string> storage;
-    for (int i = 0; i < 12; ++i)
-      storage.push_back(bytes(i % 4 == 3 ? size : 9));
+    // Three branches, given in reverse order of their ids.
+    const std::string ids[] = {"b3", "b2", "b1"};
+    std::vector<std::string> parts;  // participant, action, payload of each
+    for (int i = 0; i < 3; ++i) {
+      parts.push_back(bytes(9));
+      parts.push_back(bytes(9));
+      parts.push_back(bytes(size));
+    }
     std::vector<BranchContent> content;
-    for (int i = 11; i >= 3; i -= 4) {  // ids unique, given in reverse order
-      storage[i - 3] = "b" + std::to_string(i);
+    for (int i = 0; i < 3; ++i) {
       content.push_back(
-          {storage[i - 3], storage[i - 2], storage[i - 1], storage[i]});
+          {ids[i], parts[3 * i], parts[3 * i + 1], parts[3 * i + 2]});
     }
     const bool gate = size % 2 == 1;
     CHECK(SubmissionHash(revision, gate, content) ==

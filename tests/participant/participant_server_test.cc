@@ -1,10 +1,10 @@
 // The participant server over real gRPC on loopback (port chosen by the OS),
 // on a RocksDB store that syncs each commit (gRPC's synchronous server) and
-// on one that group-commits (one completion queue and its thread, replies
-// once durable): answers carry outcome and `replayed`, protocol violations
-// are gRPC errors, Query reads the barrier, metrics count every answer, a
-// failure between the local commit and the reply leaves a committed Try
-// that the re-sent call gets back, replayed; many callers at once are all
+// on one that group-commits (gRPC's callback server, each reply sent once
+// its commit is durable): answers carry outcome and `replayed`, protocol
+// violations are gRPC errors, Query reads the barrier, metrics count every
+// answer, a failure between the local commit and the reply leaves a committed
+// Try that the re-sent call gets back, replayed; many callers at once are all
 // answered; a shutdown with calls in flight ends.
 #include "tcc/participant/participant_server.h"
 
@@ -257,8 +257,9 @@ TEMPLATE_TEST_CASE("participant server: a Batch runs its calls in order",
   CHECK(s.rec.Invocations("try") == 2);
 }
 
-// The group-commit server runs every call on its one queue's thread: calls
-// from many callers at once are each answered, once durable.
+// The group-commit server answers each call once a group's sync made it
+// durable: calls from many callers at once are each answered, each handler
+// run once.
 TEST_CASE("participant server, group commit: many callers at once",
           "[integration]") {
   ServerUnderTest<RocksDbGroupCommitEnv> s;
